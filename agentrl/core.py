@@ -1,0 +1,134 @@
+"""The environment contract: a gymnasium `Env` whose observations and actions are text.
+
+The async methods `areset` and `astep` are the primary interface: the environment manager
+awaits them so that thousands of environments share one event loop. `reset` and `step` are
+synchronous adapters so that gymnasium tooling (`check_env`, wrappers, plain loops) works.
+
+Write an environment by subclassing `Env` and overriding `areset` and `astep`:
+
+    class Guess(Env):
+        system_prompt = "Guess my number between 1 and 10. Answer with <answer>N</answer>."
+
+        async def areset(self, *, seed=None, options=None):
+            await super().areset(seed=seed)           # seeds self.np_random
+            self.target = int(self.np_random.integers(1, 11))
+            return "Make a guess.", {}
+
+        async def astep(self, action):
+            ...
+            return observation, reward, terminated, truncated, info
+
+Conventions the rest of agentrl relies on:
+- `info["success"]` (bool) on the final step says whether the task was solved.
+- `info["format_error"]` (bool) marks an action that could not be parsed; the env should give
+  a format penalty and return the same state rather than raise.
+- Raising from `astep` is allowed: the manager records the episode with stop reason `error`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import string
+from collections.abc import Coroutine
+from typing import Any, ClassVar, TypedDict, TypeVar
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from agentrl.errors import AgentRLError
+
+T = TypeVar("T")
+
+
+class ChatMessage(TypedDict):
+    role: str
+    content: str
+
+
+class TextSpace(spaces.Text):
+    """Any string up to `max_length` characters (gymnasium's `Text` only admits its charset)."""
+
+    def __init__(self, max_length: int = 1 << 16, seed: int | np.random.Generator | None = None) -> None:
+        super().__init__(max_length=max_length, min_length=0, charset=string.printable, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and len(x) <= self.max_length
+
+    def __repr__(self) -> str:
+        return f"TextSpace(max_length={self.max_length})"
+
+
+class Env(gymnasium.Env[str, str]):
+    """A text environment. Override `areset` and `astep`; everything else has a default."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    observation_space: spaces.Space[str] = TextSpace()
+    action_space: spaces.Space[str] = TextSpace()
+
+    #: Instructions shown to the agent once, as the system message of the conversation.
+    system_prompt: str = ""
+
+    _sync_loop: asyncio.AbstractEventLoop | None = None
+
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Start a new episode and return `(observation, info)`.
+
+        Subclasses call `await super().areset(seed=seed)` first: it seeds `self.np_random`
+        exactly as gymnasium's `reset` does (same seed, same episode). The base returns an empty
+        observation, which subclasses replace with their own.
+        """
+        gymnasium.Env.reset(self, seed=seed, options=options)
+        return "", {}
+
+    async def astep(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Apply the agent's action text; return `(observation, reward, terminated, truncated, info)`.
+
+        `terminated` means the task reached an end state (solved or failed for good);
+        `truncated` means the episode was cut short (turn limit) and could have gone on.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement astep()")
+
+    async def aclose(self) -> None:
+        """Release resources (connections, sandboxes). Called once when the episode's env is done."""
+
+    def observation_message(self, observation: str) -> ChatMessage:
+        """The chat message that shows `observation` to the agent (override for a `tool` role)."""
+        return {"role": "user", "content": observation}
+
+    def expert_action(self) -> str:
+        """A scripted expert's action for the current state, for tests and warm-start data."""
+        raise NotImplementedError(f"{type(self).__name__} has no scripted expert")
+
+    # -- synchronous adapters -------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        return self._run_sync(self.areset(seed=seed, options=options))
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        return self._run_sync(self.astep(action))
+
+    def close(self) -> None:
+        if self._sync_loop is not None:
+            self._sync_loop.run_until_complete(self.aclose())
+            self._sync_loop.close()
+            self._sync_loop = None
+
+    def _run_sync(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on this env's private loop (kept, so loop-bound resources stay valid)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            coroutine.close()
+            raise AgentRLError(
+                "Env.reset()/step() were called inside a running event loop; await env.areset()/astep()"
+            )
+        if self._sync_loop is None or self._sync_loop.is_closed():
+            self._sync_loop = asyncio.new_event_loop()
+        return self._sync_loop.run_until_complete(coroutine)
