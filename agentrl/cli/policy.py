@@ -1,7 +1,31 @@
-"""CLI commands: policy (being written)."""
+"""CLI commands of the policy side: `agentrl model init` and `agentrl serve`."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import typer
+
+model_app = typer.Typer(help="Build and inspect policy checkpoints.", no_args_is_help=True)
+
+
+@model_app.command("init")
+def model_init(
+    out_dir: Path = typer.Argument(..., help="Directory to write the HF checkpoint to."),
+    size: str = typer.Option("tiny", help="tiny (~1M), small (~8M), medium (~25M) or large (~46M) params."),
+    vocab_size: int = typer.Option(2048, help="BPE vocabulary size (small vocabularies train fast)."),
+    seed: int = typer.Option(0, help="Seed of the weight initialisation."),
+    max_positions: int = typer.Option(2048, help="Context length (max_position_embeddings)."),
+) -> None:
+    """Train a byte-level BPE tokenizer and initialise a Llama-architecture model, saved HF-style."""
+    from agentrl.policy.checkpoint import init_checkpoint
+    from agentrl.policy.model import CausalLM
+
+    path = init_checkpoint(out_dir, size=size, vocab_size=vocab_size, seed=seed, max_positions=max_positions)
+    n = CausalLM.from_pretrained(path).num_parameters()
+    typer.echo(f"wrote {size} model ({n / 1e6:.2f}M parameters) to {path}")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the main app."""
+    app.add_typer(model_app, name="model")
