@@ -1,0 +1,82 @@
+"""GuessNumber: find a hidden integer from "higher"/"lower" hints.
+
+The cheapest game of the suite: observations are one or two words, so a tiny model sees most of
+its tokens in its own moves, and the optimal strategy (binary search) is learnable from the
+feedback alone. It is meant as the first task a freshly built model trains on.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from agentrl import EnvSpec
+from agentrl_games.base import BadAnswer, Result, TextGame
+
+_INTEGER = re.compile(r"[+-]?\d{1,18}")
+
+
+class GuessNumberEnv(TextGame[int]):
+    """Guess a hidden integer in [lo, hi]; after each wrong guess the env says "higher" or "lower".
+
+    Rewards: 1.0 for the correct guess (terminates); `format_penalty` (-0.1) when the answer is not
+    an integer; `-step_cost` (0 by default) for a wrong guess. A guess outside [lo, hi] is a legal
+    (wasted) guess and gets the same higher/lower hint. Truncated after `max_turns` guesses,
+    which defaults to the binary-search worst case plus one, so the expert always succeeds.
+    """
+
+    def __init__(self, *, lo: int = 1, hi: int = 10, max_turns: int | None = None, **kwargs: float) -> None:
+        if hi < lo:
+            raise ValueError(f"hi ({hi}) must be >= lo ({lo})")
+        self.lo, self.hi = int(lo), int(hi)
+        self.system_prompt = (
+            f"I am thinking of an integer from {self.lo} to {self.hi}. Guess it. After each wrong guess "
+            "I say higher (the number is bigger) or lower (it is smaller). "
+            "Reply with your guess like <answer>5</answer>."
+        )
+        worst_case = math.ceil(math.log2(self.hi - self.lo + 2))
+        super().__init__(max_turns=worst_case + 1 if max_turns is None else max_turns, **kwargs)
+
+    def new_game(self) -> str:
+        self.target = int(self.np_random.integers(self.lo, self.hi + 1))
+        self.low, self.high = self.lo, self.hi  # the interval the hints so far leave open
+        return f"Guess {self.lo}-{self.hi}."
+
+    def parse_move(self, text: str) -> int:
+        if not _INTEGER.fullmatch(text):
+            raise BadAnswer("Answer with one integer.")
+        return int(text)
+
+    def play(self, move: int) -> Result:
+        if move == self.target:
+            return Result("Correct!", success=True)
+        if move < self.target:
+            self.low = max(self.low, move + 1)
+            return Result("higher")
+        self.high = min(self.high, move - 1)
+        return Result("lower")
+
+    def render_state(self) -> str:
+        return f"Guess {self.lo}-{self.hi}."
+
+    def expert_move(self) -> str:
+        return str((self.low + self.high) // 2)
+
+    def random_move(self, rng: np.random.Generator) -> str:
+        return str(int(rng.integers(self.lo, self.hi + 1)))
+
+
+GUESS_NUMBER = EnvSpec(
+    id="games/GuessNumber-v0",
+    entry_point=GuessNumberEnv,
+    kwargs={"lo": 1, "hi": 10},
+    description="Guess an integer in 1-10 from higher/lower hints (5 turns).",
+)
+GUESS_NUMBER_100 = EnvSpec(
+    id="games/GuessNumber100-v0",
+    entry_point=GuessNumberEnv,
+    kwargs={"lo": 1, "hi": 100},
+    description="Guess an integer in 1-100 from higher/lower hints (8 turns).",
+)
