@@ -159,7 +159,8 @@ class TextGame(Env, Generic[Move]):
         result = self.play(move)
         info = {"format_error": False, **result.info}
         reward = self.success_reward if result.success else -self.step_cost
-        return self._finish(result.observation, reward, result.terminated or result.success, result.success, info)
+        terminated = result.terminated or result.success
+        return self._finish(result.observation, reward, terminated, result.success, info)
 
     def _finish(
         self, observation: str, reward: float, terminated: bool, success: bool, info: dict[str, Any]

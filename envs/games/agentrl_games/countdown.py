@@ -34,7 +34,7 @@ def parse_expression(text: str) -> ast.expr:
     """
     text = text.translate(_UNICODE_OPERATORS).split("=")[0].strip()
     if not text or len(text) > _MAX_EXPRESSION_CHARS:
-        raise BadAnswer(f"Answer with an arithmetic expression of at most {_MAX_EXPRESSION_CHARS} characters.")
+        raise BadAnswer(f"Answer with an arithmetic expression (at most {_MAX_EXPRESSION_CHARS} characters).")
     try:
         tree = ast.parse(text, mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
@@ -129,7 +129,8 @@ class CountdownEnv(TextGame[ast.expr]):
             raise ValueError(f"num_numbers must be between 2 and 6, got {num_numbers}")
         if max_number < 2 or max_target < 2:
             raise ValueError(f"max_number and max_target must be >= 2, got {max_number}, {max_target}")
-        self.num_numbers, self.max_number, self.max_target = int(num_numbers), int(max_number), int(max_target)
+        self.num_numbers, self.max_number = int(num_numbers), int(max_number)
+        self.max_target = int(max_target)
         super().__init__(**kwargs)
         self.system_prompt = (
             "Countdown. Use the given numbers with + - * / and parentheses to make the target. "

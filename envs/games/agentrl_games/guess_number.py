@@ -42,7 +42,7 @@ class GuessNumberEnv(TextGame[int]):
     def new_game(self) -> str:
         self.target = int(self.np_random.integers(self.lo, self.hi + 1))
         self.low, self.high = self.lo, self.hi  # the interval the hints so far leave open
-        return f"Guess {self.lo}-{self.hi}."
+        return f"Guess {self.lo} to {self.hi}."
 
     def parse_move(self, text: str) -> int:
         if not _INTEGER.fullmatch(text):
@@ -59,7 +59,7 @@ class GuessNumberEnv(TextGame[int]):
         return Result("lower")
 
     def render_state(self) -> str:
-        return f"Guess {self.lo}-{self.hi}."
+        return f"Guess {self.lo} to {self.hi}."
 
     def expert_move(self) -> str:
         return str((self.low + self.high) // 2)
