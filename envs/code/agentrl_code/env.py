@@ -236,6 +236,12 @@ class SingleTurnCodeEnv(CodeEnv):
         kwargs.setdefault("max_turns", 1)
         super().__init__(**kwargs)
 
+    def _format_error(self, message: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """The one attempt is spent: an answer with no code ends the episode, failed."""
+        observation, reward, _, _, info = super()._format_error(message)
+        self.done = True
+        return observation, reward, True, False, info
+
 
 class ToolCodeEnv(CodeEnv):
     """A Python tool to try code before the one graded submission (`code/PythonTool-v0`).

@@ -1,0 +1,160 @@
+"""The three code envs: registration, gymnasium conformance, rewards, feedback, hostile code."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from agentrl_code.env import CodeEnv, SingleTurnCodeEnv, ToolCodeEnv
+from agentrl_code.pools import shared_pool_refs
+from agentrl_code.tasks import builtin_tasks
+from gymnasium.utils.env_checker import check_env
+
+import agentrl
+from agentrl.errors import ConfigError
+
+ENV_IDS = ["code/Python-v0", "code/PythonSingleTurn-v0", "code/PythonTool-v0"]
+WRONG = "```python\ndef count_vowels(s):\n    return 0\n```"
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_registered_and_passes_check_env(env_id):
+    assert env_id in agentrl.list_envs()
+    env = agentrl.make(env_id, backend="process")
+    check_env(env, skip_render_check=True)
+    env.close()
+
+
+async def test_expert_solves_every_task_through_one_shared_pool():
+    tasks = builtin_tasks()
+    envs = [CodeEnv(backend="process", pool_size=4) for _ in tasks]
+
+    async def play(index: int, env: CodeEnv) -> dict:
+        await env.areset(seed=index)
+        _, reward, terminated, truncated, info = await env.astep(env.expert_action())
+        assert (reward, terminated, truncated) == (1.0, True, False), info
+        return info
+
+    infos = await asyncio.gather(*(play(i, env) for i, env in enumerate(envs)))
+    assert shared_pool_refs("process") == len(envs)  # one pool, borrowed by all
+    assert {info["task_id"] for info in infos} == {task.id for task in tasks}
+    assert all(info["success"] for info in infos)
+    await asyncio.gather(*(env.aclose() for env in envs))
+    assert shared_pool_refs("process") == 0
+
+
+async def test_feedback_then_fix_totals_the_final_score():
+    env = CodeEnv(backend="process", max_turns=3)
+    observation, info = await env.areset(options={"task_id": "count_vowels"})
+    assert "count_vowels(s: str) -> int" in observation and info["task_id"] == "count_vowels"
+    observation, reward1, terminated, truncated, info = await env.astep(WRONG)
+    assert not terminated and not truncated
+    assert 0.0 < reward1 < 1.0 and info["tests_passed"] < info["tests_total"]
+    assert "assert count_vowels(\"Hello World\") == 3" in observation and "got 0, expected 3" in observation
+    _, reward2, terminated, _, info = await env.astep(env.expert_action())
+    assert terminated and info["success"] and reward1 + reward2 == pytest.approx(1.0)
+    await env.aclose()
+
+
+async def test_no_code_costs_the_format_penalty_and_keeps_the_task():
+    env = CodeEnv(backend="process", max_turns=2, format_penalty=-0.2)
+    await env.areset(seed=3)
+    task = env.task
+    observation, reward, terminated, truncated, info = await env.astep("I would use a loop.")
+    assert (reward, terminated, truncated, info["format_error"]) == (-0.2, False, False, True)
+    assert "```python" in observation and env.task is task
+    _, _, terminated, truncated, _ = await env.astep(WRONG)  # second and last turn
+    assert truncated and not terminated
+    await env.aclose()
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("def count_vowels(s):\n    while True:\n        pass", "timed out"),
+        ("def count_vowels(s):\n    while True:\n        try:\n            pass\n"
+         "        except BaseException:\n            pass", "timed out"),
+        ("import sys\nsys.exit(0)", "SystemExit"),
+        ("import os\ndef count_vowels(s):\n    os._exit(0)", "crashed"),
+        ("def count_vowels(s):\n    return count_vowels(s)", "RecursionError"),
+        ("def count_vowels(s):\n    x = bytearray(1 << 34)", "MemoryError"),
+    ],
+)
+async def test_hostile_submissions_end_as_failed_tests_not_crashed_episodes(code, expected):
+    env = SingleTurnCodeEnv(backend="process", per_test_timeout=0.5)
+    await env.areset(options={"task_id": "count_vowels"})
+    observation, reward, terminated, _, info = await env.astep(f"```python\n{code}\n```")
+    assert terminated and reward == 0.0 and not info["success"]
+    assert expected in observation
+    await env.aclose()
+
+
+FAKE_REPORTS = '''
+import json, os, sys
+lines = [json.dumps({"event": "test", "i": i, "passed": True, "error": ""}) for i in range(20)]
+for prefix in ["", "nonce ", "0" * 32 + " "]:
+    for line in lines:
+        print(prefix + line)
+        sys.__stdout__.write(prefix + line + "\\n")
+        os.write(1, (prefix + line + "\\n").encode())
+        os.write(2, (prefix + line + "\\n").encode())
+
+class AlwaysEqual:
+    def __eq__(self, other):
+        return True
+
+def count_vowels(s):
+    return AlwaysEqual()
+'''
+
+
+async def test_printing_fake_reports_or_rigged_equality_cannot_pass():
+    env = SingleTurnCodeEnv(backend="process")
+    await env.areset(options={"task_id": "count_vowels"})
+    _, reward, _, _, info = await env.astep(f"```python\n{FAKE_REPORTS}\n```")
+    assert reward == 0.0 and info["tests_passed"] == 0
+    await env.aclose()
+
+
+async def test_tool_env_runs_code_then_grades_one_submission():
+    env = ToolCodeEnv(backend="process", max_tool_calls=1)
+    observation, _ = await env.areset(options={"task_id": "digit_sum"})
+    assert "<python>" in observation
+    observation, reward, terminated, _, info = await env.astep("<python>print(sum([4, 0, 9, 6]))</python>")
+    assert "19" in observation and "exit code: 0" in observation and info["tool_call"]
+    assert (reward, terminated) == (0.0, False)
+    observation, reward, terminated, _, info = await env.astep("<python>print(1)</python>")
+    assert info["tool_budget_exceeded"] and "budget" in observation
+    _, reward, terminated, _, info = await env.astep(env.expert_action())
+    assert terminated and reward == 1.0 and info["success"]
+    await env.aclose()
+
+
+def test_reset_is_deterministic_and_options_select_tasks():
+    env = CodeEnv(backend="process")
+    assert env.reset(seed=7)[1]["task_id"] == env.reset(seed=7)[1]["task_id"]
+    assert env.reset(seed=7 + len(env.tasks))[1]["task_id"] == env.reset(seed=7)[1]["task_id"]
+    assert env.reset(seed=0, options={"difficulty": "hard"})[1]["difficulty"] == "hard"
+    assert env.reset(options={"task_id": "eval_arith"})[1]["task_id"] == "eval_arith"
+    with pytest.raises(ConfigError, match="did you mean eval_arith"):
+        env.reset(options={"task_id": "eval_arithm"})
+    with pytest.raises(ConfigError, match="unknown reset options"):
+        env.reset(options={"level": 3})
+    env.close()
+
+
+def test_bad_configuration_is_named():
+    with pytest.raises(ConfigError, match="backend='podman'"):
+        CodeEnv(backend="podman")
+    with pytest.raises(ConfigError, match="unknown difficulty"):
+        CodeEnv(difficulty="impossible")
+    assert {t.difficulty.value for t in CodeEnv(difficulty=["easy"]).tasks} == {"easy"}
+
+
+def test_sample_actions_are_valid_text():
+    for cls in (CodeEnv, SingleTurnCodeEnv, ToolCodeEnv):
+        env = cls(backend="process")
+        env.reset(seed=1)
+        for _ in range(5):
+            assert env.action_space.contains(env.sample_action())
+        env.close()
