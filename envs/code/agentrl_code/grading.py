@@ -164,6 +164,8 @@ def _missing_reason(result: ExecResult, *, loaded: bool) -> str:
         return "timed out (the whole test run hit its time limit)"
     if result.memory_exceeded:
         return "memory limit exceeded"
+    if result.sandbox_error:
+        return f"the sandbox failed: {result.sandbox_error[:200]}"
     stage = "while running this test" if loaded else "while loading your code"
     detail = result.stderr.strip().splitlines()[-1:] if result.stderr.strip() else []
     suffix = f": {detail[0][:200]}" if detail else ""
