@@ -12,6 +12,7 @@ import ast
 import functools
 from collections import Counter
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -48,12 +49,13 @@ def parse_expression(text: str) -> ast.expr:
 
 
 def numbers_used(tree: ast.expr) -> Counter[int]:
-    return Counter(node.value for node in ast.walk(tree) if isinstance(node, ast.Constant))
+    constants = (node for node in ast.walk(tree) if isinstance(node, ast.Constant))
+    return Counter(node.value for node in constants if isinstance(node.value, int))
 
 
 def evaluate(tree: ast.expr) -> Fraction:
     """Exact value of a tree accepted by `parse_expression`."""
-    if isinstance(tree, ast.Constant):
+    if isinstance(tree, ast.Constant) and isinstance(tree.value, int):
         return Fraction(tree.value)
     assert isinstance(tree, ast.BinOp)
     left, right = evaluate(tree.left), evaluate(tree.right)
@@ -124,7 +126,7 @@ class CountdownEnv(TextGame[ast.expr]):
     default_max_turns = 4
 
     def __init__(self, *, num_numbers: int = 3, max_number: int = 10, max_target: int = 100,
-                 **kwargs: float) -> None:
+                 **kwargs: Any) -> None:
         if not 2 <= num_numbers <= 6:
             raise ValueError(f"num_numbers must be between 2 and 6, got {num_numbers}")
         if max_number < 2 or max_target < 2:

@@ -7,6 +7,7 @@ every episode is solvable; the ice is not slippery, so the shortest path is an e
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +33,7 @@ class FrozenLakeEnv(TextGame[str]):
     """
 
     def __init__(self, *, size: int = 4, hole_prob: float = 0.2, max_turns: int | None = None,
-                 **kwargs: float) -> None:
+                 **kwargs: Any) -> None:
         if size < 2:
             raise ValueError(f"size must be >= 2, got {size}")
         if not 0.0 <= hole_prob < 1.0:

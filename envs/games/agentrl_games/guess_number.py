@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,7 @@ class GuessNumberEnv(TextGame[int]):
     which defaults to the binary-search worst case plus one, so the expert always succeeds.
     """
 
-    def __init__(self, *, lo: int = 1, hi: int = 10, max_turns: int | None = None, **kwargs: float) -> None:
+    def __init__(self, *, lo: int = 1, hi: int = 10, max_turns: int | None = None, **kwargs: Any) -> None:
         if hi < lo:
             raise ValueError(f"hi ({hi}) must be >= lo ({lo})")
         self.lo, self.hi = int(lo), int(hi)

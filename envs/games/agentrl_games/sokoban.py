@@ -9,6 +9,7 @@ optimal solution, which keeps levels within a difficulty band and is the scripte
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 import numpy as np
 
@@ -119,7 +120,7 @@ class SokobanEnv(TextGame[str]):
         min_solution: int = 3,
         max_solution: int = 12,
         max_turns: int | None = None,
-        **kwargs: float,
+        **kwargs: Any,
     ) -> None:
         if width < 4 or height < 4:
             raise ValueError(f"width and height must be >= 4, got {width}x{height}")

@@ -12,6 +12,7 @@ import functools
 import re
 from collections import Counter
 from importlib import resources
+from typing import Any
 
 import numpy as np
 
@@ -86,7 +87,7 @@ class WordleEnv(TextGame[str]):
 
     default_max_turns = 6
 
-    def __init__(self, *, allow_any_word: bool = True, **kwargs: float) -> None:
+    def __init__(self, *, allow_any_word: bool = True, **kwargs: Any) -> None:
         self.allow_any_word = bool(allow_any_word)
         self.words = word_list()
         self._known = frozenset(self.words)
