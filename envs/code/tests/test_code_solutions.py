@@ -11,7 +11,7 @@ import asyncio
 import pytest
 from agentrl_code.grading import GradeReport, grade
 from agentrl_code.tasks import Task, builtin_tasks
-from conftest import off_by_one_solution, require_docker, stub_solution
+from code_suite_helpers import off_by_one_solution, require_docker, stub_solution
 
 from agentrl.sandbox import SandboxPool, create_pool
 

@@ -1,4 +1,4 @@
-"""Shared helpers: sandbox pools for the two backends and deliberately wrong solutions."""
+"""Helpers for the code suite tests: Docker detection and deliberately wrong solutions."""
 
 from __future__ import annotations
 
