@@ -107,56 +107,58 @@ async def grade(
 
 def parse_report(result: ExecResult, nonce: str, tests: list[str] | tuple[str, ...]) -> GradeReport:
     """Read the harness's events for `nonce` out of `result` (see harness.py for the protocol)."""
-    events = _events(result.stdout, nonce)
-    load_errors = [event["error"] for event in events if event.get("event") == "load_error"]
-    if load_errors:
-        message = f"could not load: {load_errors[0]}"
-        outcomes = [TestOutcome(i, source, False, message) for i, source in enumerate(tests)]
-        return GradeReport(outcomes, load_error=str(load_errors[0]), exec_result=result)
-    reported = {
-        event["i"]: event
-        for event in events
-        if event.get("event") == "test" and isinstance(event.get("i"), int)
-    }
-    loaded = any(event.get("event") == "loaded" for event in events)
+    loaded = False
+    load_error: str | None = None
+    reported: dict[int, TestOutcome] = {}
+    for fields in _events(result.stdout, nonce):
+        kind = fields[0]
+        if kind == "loaded":
+            loaded = True
+        elif kind == "load_error" and len(fields) == 2:
+            load_error = _unhex(fields[1])
+        elif kind == "test" and len(fields) == 5 and fields[1].isdigit():
+            index = int(fields[1])
+            if index < len(tests):
+                passed = fields[2] == "1"
+                reported[index] = TestOutcome(
+                    index, tests[index], passed, _unhex(fields[3]), _unhex(fields[4])
+                )
+    if load_error is not None:
+        message = f"could not load: {load_error}"
+        failed = [TestOutcome(i, source, False, message) for i, source in enumerate(tests)]
+        return GradeReport(failed, load_error=load_error, exec_result=result)
     missing_reason = _missing_reason(result, loaded=loaded)
     outcomes: list[TestOutcome] = []
     first_missing = True
     for index, source in enumerate(tests):
-        event = reported.get(index)
-        if event is not None:
-            outcomes.append(
-                TestOutcome(
-                    index,
-                    source,
-                    bool(event.get("passed")),
-                    str(event.get("error", "")),
-                    str(event.get("output", "")),
-                )
-            )
-        else:  # the harness died during this test (the first missing one) or before it
+        outcome = reported.get(index)
+        if outcome is None:  # the harness died during this test (the first missing one) or before it
             reason = missing_reason if first_missing else "not run (the test run ended earlier)"
-            outcomes.append(TestOutcome(index, source, False, reason))
+            outcome = TestOutcome(index, source, False, reason)
             first_missing = False
-    load_error = None if loaded or reported else missing_reason
-    return GradeReport(outcomes, load_error=load_error, exec_result=result)
+        outcomes.append(outcome)
+    no_test_ran = not loaded and not reported
+    return GradeReport(outcomes, load_error=missing_reason if no_test_ran else None, exec_result=result)
 
 
-def _events(stdout: str, nonce: str) -> list[dict[str, object]]:
-    """The JSON events that follow `nonce` in `stdout`; anything else is ignored."""
-    events = []
+def _events(stdout: str, nonce: str) -> list[list[str]]:
+    """The space-separated fields that follow `nonce` on each line of `stdout`; others are ignored."""
     marker = nonce + " "
+    events = []
     for line in stdout.splitlines():
         position = line.find(marker)
-        if position < 0:
-            continue
-        try:
-            event = json.loads(line[position + len(marker) :])
-        except json.JSONDecodeError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
+        if position >= 0:
+            fields = line[position + len(marker) :].split(" ")
+            if fields and fields[0]:
+                events.append(fields)
     return events
+
+
+def _unhex(text: str) -> str:
+    try:
+        return bytes.fromhex(text).decode("utf-8", "replace")
+    except ValueError:
+        return ""
 
 
 def _missing_reason(result: ExecResult, *, loaded: bool) -> str:

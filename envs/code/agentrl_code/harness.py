@@ -7,24 +7,31 @@ file the candidate code could open):
     {"nonce": "...", "code": "<candidate source>", "tests": ["assert f(1) == 2", ...],
      "per_test_timeout": 2.0}
 
-It reports by writing lines `<nonce> <json>` to a private duplicate of the original stdout, one
-per event, flushed as it goes, so that a run killed half-way still tells which tests finished:
+It reports on a private duplicate of the original stdout, one line per event, flushed as it goes
+(so a run killed half-way still tells which tests finished). Text fields are hex-encoded UTF-8:
 
-    {"event": "loaded"}                       the candidate code executed without error
-    {"event": "load_error", "error": "..."}   it did not (syntax error, exception at import)
-    {"event": "test", "i": 0, "passed": true, "error": "", "output": ""}
-    {"event": "done"}
+    <nonce> loaded                                  the candidate code ran without error
+    <nonce> load_error <message>                    it did not (syntax error, exception, exit)
+    <nonce> test <index> <1|0> <message> <output>   one test passed (1) or failed (0)
+    <nonce> done
 
-Why the precautions: the candidate is untrusted and runs in this same interpreter.
-- The nonce is random per run and only ever on stdin, so printing a fake report line cannot
-  match it; everything the candidate writes (print, sys.__stdout__, fd 1 or fd 2) is captured
-  or sent to /dev/null, never to the report channel.
-- `assert actual == expected` in a test is checked by `_strict_eq`, which compares types as well
-  as values, so an object whose `__eq__` always returns True does not pass.
+Why the precautions: the candidate is untrusted and runs in this same interpreter, after the
+harness has set everything up.
+- The nonce is random per run and only ever on stdin, so printing fake report lines cannot match
+  it; everything the candidate writes (print, sys.__stdout__, fd 1 or fd 2) is captured or sent to
+  /dev/null, never to the report channel.
+- Before the candidate runs, the tests are compiled, and every function the harness needs later
+  (exec, os.write, the equality check, the builtins it uses) is bound to a local name, so
+  patching `builtins`, `os`, `json`, `ast` or this module's globals cannot fake a pass.
+- `assert actual == expected` in a test is checked by a strict equality that compares exact
+  types as well as values, so an object whose `__eq__` always returns True does not pass.
 - Each test runs under a SIGALRM timer; a test that loops is reported as timed out. A loop that
   swallows the timer's exception or blocks in C is ended by the sandbox's own timeout, and the
   host side marks the test that was running as timed out.
 - `SystemExit` and every other `BaseException` from a test count as that test's failure.
+What it cannot stop: code that deliberately walks the interpreter's frames (sys._getframe,
+sys.settrace, gc) to read the nonce or rewrite the harness's locals. The sandbox contains what
+such code can do to the machine, not what it reports.
 """
 
 import ast
@@ -38,6 +45,7 @@ import traceback
 
 MAX_MESSAGE = 300
 MAX_OUTPUT = 2000
+SCALARS = (int, float, str, bytes, bool, type(None))
 
 
 class TestTimeout(BaseException):
@@ -65,38 +73,50 @@ class _CappedWriter(io.TextIOBase):
         return "".join(self.parts)
 
 
-def _short(value):
-    try:
-        text = repr(value)
-    except BaseException as exc:  # a hostile __repr__ must not break the report
-        text = f"<unrepresentable {type(value).__name__}: {type(exc).__name__}>"
-    return text if len(text) <= 120 else text[:117] + "..."
+def _make_strict_eq():
+    """The `_strict_eq(actual, expected)` that rewritten asserts call, with builtins bound now.
 
+    Types are compared by identity (`is`), never with `==` or `in`, because a metaclass can
+    make `==` between classes lie.
+    """
+    type_, len_, all_, any_, zip_, repr_, isclose = type, len, all, any, zip, repr, math.isclose
+    error, scalars = AssertionError, SCALARS
 
-def _same(actual, expected):
-    """Equality that also requires matching types (numbers may mix int and float)."""
-    if isinstance(expected, bool) or isinstance(actual, bool):
-        return type(actual) is type(expected) and actual == expected
-    if isinstance(expected, (int, float)) and isinstance(actual, (int, float)):
-        if type(expected) is float or type(actual) is float:
-            return math.isclose(actual, expected, rel_tol=1e-9, abs_tol=1e-9)
-        return type(actual) is int and type(expected) is int and actual == expected
-    if type(actual) is not type(expected):
-        return False
-    if isinstance(expected, (list, tuple)):
-        if len(actual) != len(expected):
+    def is_one_of(kind, kinds):
+        return any_(kind is k for k in kinds)
+
+    def same(actual, expected):
+        kind, expected_kind = type_(actual), type_(expected)
+        numbers = (int, float)  # exact types: bool and int subclasses are excluded
+        if is_one_of(kind, numbers) and is_one_of(expected_kind, numbers):
+            if kind is float or expected_kind is float:
+                return isclose(actual, expected, rel_tol=1e-9, abs_tol=1e-9)
+            return actual == expected
+        if kind is not expected_kind:
             return False
-        return all(_same(a, e) for a, e in zip(actual, expected, strict=True))
-    if isinstance(expected, dict):
-        return actual.keys() == expected.keys() and all(_same(actual[k], expected[k]) for k in expected)
-    if isinstance(expected, (str, bytes, type(None), set, frozenset)):
-        return actual == expected
-    return bool(expected == actual)
+        if kind is list or kind is tuple:
+            return len_(actual) == len_(expected) and all_(same(a, e) for a, e in zip_(actual, expected))
+        if kind is dict:
+            return actual.keys() == expected.keys() and all_(same(actual[k], expected[k]) for k in expected)
+        if kind is set or kind is frozenset:
+            return all_(is_one_of(type_(x), scalars) for x in actual) and actual == expected
+        if is_one_of(kind, scalars):
+            return actual == expected
+        return (expected == actual) is True
 
+    def short(value):
+        try:
+            text = repr_(value)
+            text = text if type_(text) is str else "<bad repr>"
+        except BaseException:  # a hostile __repr__ must not break the report
+            text = "<unrepresentable value>"
+        return text if len_(text) <= 120 else text[:117] + "..."
 
-def _strict_eq(actual, expected):
-    if not _same(actual, expected):
-        raise AssertionError(f"got {_short(actual)}, expected {_short(expected)}")
+    def strict_eq(actual, expected):
+        if not same(actual, expected):
+            raise error(f"got {short(actual)}, expected {short(expected)}")
+
+    return strict_eq
 
 
 def raises(exc_type, func, *args, **kwargs):
@@ -128,21 +148,21 @@ def _compile_test(source, index):
 
 def _error_message(exc):
     try:
-        return _describe(exc)
+        text = _describe(exc)
+        text = text if type(text) is str else "failed"
     except BaseException:  # a hostile exception whose __str__ raises or loops
-        return f"{type(exc).__name__} (message unavailable)"
+        text = "failed (the exception could not be described)"
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
 
 
 def _describe(exc):
     if isinstance(exc, TestTimeout):
         return "timed out"
     if isinstance(exc, AssertionError):
-        text = str(exc) or "assertion failed"
-    else:
-        frames = traceback.extract_tb(exc.__traceback__)
-        where = next((f"line {f.lineno}" for f in reversed(frames) if f.filename == "solution.py"), "")
-        text = f"{type(exc).__name__}: {exc}" + (f" (solution.py {where})" if where else "")
-    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
+        return str(exc) or "assertion failed"
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = next((f"line {f.lineno}" for f in reversed(frames) if f.filename == "solution.py"), "")
+    return f"{type(exc).__name__}: {exc}" + (f" (solution.py {where})" if where else "")
 
 
 def _on_alarm(signum, frame):
@@ -151,42 +171,56 @@ def _on_alarm(signum, frame):
 
 def main():
     spec = json.loads(sys.stdin.read())
-    nonce = spec["nonce"]
+    nonce = str(spec["nonce"])
+    timeout = float(spec["per_test_timeout"])
+    tests = [(f"{index:d}", _compile_test(source, index)) for index, source in enumerate(spec["tests"])]
+    candidate = spec["code"]
+    del spec
+
+    # Everything used after the candidate runs is bound here, before it can patch anything.
+    write, set_timer, timer, run = os.write, signal.setitimer, signal.ITIMER_REAL, exec
+    describe, strict_eq, check_raises, writer = _error_message, _make_strict_eq(), raises, _CappedWriter
+    exit_now, streams = os._exit, sys
     report_fd = os.dup(1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
 
-    def report(event):
-        os.write(report_fd, (nonce + " " + json.dumps(event) + "\n").encode())
+    def report(*fields):
+        write(report_fd, (" ".join((nonce, *fields)) + "\n").encode())
+
+    def hexed(text):
+        return text.encode("utf-8", "replace").hex()
 
     signal.signal(signal.SIGALRM, _on_alarm)
-    timeout = float(spec["per_test_timeout"])
-    namespace = {"__name__": "solution", "raises": raises}
-    sys.stdout = sys.stderr = _CappedWriter()
+    namespace = {"__name__": "solution", "raises": check_raises}
+    streams.stdout = streams.stderr = writer()
     try:
-        signal.setitimer(signal.ITIMER_REAL, timeout)
-        exec(compile(spec["code"], "solution.py", "exec"), namespace)
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        set_timer(timer, timeout)
+        run(compile(candidate, "solution.py", "exec"), namespace)
+        set_timer(timer, 0)
     except BaseException as exc:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        report({"event": "load_error", "error": _error_message(exc)})
-        os._exit(0)
-    report({"event": "loaded"})
-    for index, source in enumerate(spec["tests"]):
-        sys.stdout = sys.stderr = capture = _CappedWriter()
-        scope = dict(namespace, _strict_eq=_strict_eq, raises=raises)
-        passed, error = True, ""
+        set_timer(timer, 0)
+        report("load_error", hexed(describe(exc)))
+        exit_now(0)
+    report("loaded")
+    for index, test in tests:
+        streams.stdout = streams.stderr = capture = writer()
+        passed, error = "1", ""
         try:
-            signal.setitimer(signal.ITIMER_REAL, timeout)
-            exec(_compile_test(source, index), scope)
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            set_timer(timer, timeout)
+            run(test, {**namespace, "_strict_eq": strict_eq, "raises": check_raises})
+            set_timer(timer, 0)
         except BaseException as exc:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            passed, error = False, _error_message(exc)
-        report({"event": "test", "i": index, "passed": passed, "error": error, "output": capture.value()})
-    report({"event": "done"})
-    os._exit(0)  # do not wait for threads the candidate may have left running
+            set_timer(timer, 0)
+            passed, error = "0", describe(exc)
+        try:
+            output = capture.value()
+        except BaseException:
+            output = ""
+        report("test", index, passed, hexed(error), hexed(output))
+    report("done")
+    exit_now(0)  # do not wait for threads the candidate may have left running
 
 
 if __name__ == "__main__":

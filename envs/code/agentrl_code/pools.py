@@ -45,16 +45,16 @@ async def acquire_shared_pool(backend: str = "auto", size: int = 4) -> SandboxPo
 
 async def release_shared_pool(pool: SandboxPool) -> None:
     """Give back a reference from `acquire_shared_pool`; the last one closes the pool."""
-    for shared in _by_loop.get(asyncio.get_running_loop(), {}).values():
-        if shared.pool is not pool:
-            continue
-        async with shared.lock:
-            shared.refs -= 1
-            if shared.refs > 0:
-                return
-            shared.pool = None  # the next acquire starts a fresh pool
-            await pool.close()
+    pools = _by_loop.get(asyncio.get_running_loop(), {}).values()
+    shared = next((entry for entry in pools if entry.pool is pool), None)
+    if shared is None:  # not a shared pool of this loop: nothing to give back
         return
+    async with shared.lock:
+        shared.refs -= 1
+        if shared.refs > 0:
+            return
+        shared.pool = None  # the next acquire starts a fresh pool
+        await pool.close()
 
 
 def shared_pool_refs(backend: str) -> int:

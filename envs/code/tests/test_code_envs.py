@@ -108,11 +108,31 @@ def count_vowels(s):
 '''
 
 
-async def test_printing_fake_reports_or_rigged_equality_cannot_pass():
+# Each defines a wrong count_vowels and tries to make the harness report passes anyway.
+TAMPERING = {
+    "fake report lines": FAKE_REPORTS,
+    "no-op exec": "import builtins\nbuiltins.exec = lambda *a, **k: None\n"
+    "def count_vowels(s):\n    return -1",
+    "no-op checker": "import __main__\n__main__._strict_eq = lambda *a: None\n"
+    "__main__._make_strict_eq = lambda: (lambda *a: None)\ndef count_vowels(s):\n    return -1",
+    "forged json": "import json\njson.dumps = lambda *a, **k: \"{}\"\njson.loads = lambda *a, **k: {}\n"
+    "def count_vowels(s):\n    return -1",
+    "rewriting os.write": "import os\n_w = os.write\n"
+    "os.write = lambda fd, b: _w(fd, b.replace(b\" 0 \", b\" 1 \"))\ndef count_vowels(s):\n    return -1",
+    "empty enumerate": "import builtins\nbuiltins.enumerate = lambda *a: iter(())\n"
+    "builtins.len = lambda x: 0\nbuiltins.all = lambda x: True\ndef count_vowels(s):\n    return [-1]",
+    "metaclass equality": "class Meta(type):\n    def __eq__(cls, other):\n        return True\n"
+    "    __hash__ = type.__hash__\nclass Liar(int, metaclass=Meta):\n    def __eq__(self, other):\n"
+    "        return True\n    __hash__ = int.__hash__\ndef count_vowels(s):\n    return Liar(-1)",
+}
+
+
+@pytest.mark.parametrize("code", list(TAMPERING.values()), ids=list(TAMPERING))
+async def test_tampering_with_the_harness_cannot_fake_a_pass(code):
     env = SingleTurnCodeEnv(backend="process")
     await env.areset(options={"task_id": "count_vowels"})
-    _, reward, _, _, info = await env.astep(f"```python\n{FAKE_REPORTS}\n```")
-    assert reward == 0.0 and info["tests_passed"] == 0
+    _, reward, _, _, info = await env.astep(f"```python\n{code}\n```")
+    assert reward == 0.0 and info["tests_passed"] == 0, info
     await env.aclose()
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import json
 
 import pytest
 from agentrl_code.answers import extract_code, extract_tool_call, format_submission
@@ -78,33 +77,42 @@ def test_extract_tool_call():
     assert extract_tool_call("```python\nprint(1)\n```") is None
 
 
-def _stdout(nonce, *events):
-    return "".join(f"{nonce} {json.dumps(event)}\n" for event in events)
+def _line(nonce, *fields):
+    return " ".join((nonce, *fields)) + "\n"
+
+
+def _hex(text):
+    return text.encode().hex()
 
 
 def test_report_ignores_lines_without_the_nonce():
     tests = ["assert f() == 1", "assert f() == 2"]
-    stdout = "fake " + json.dumps({"event": "test", "i": 1, "passed": True}) + "\n" + _stdout(
-        "n0nce", {"event": "loaded"}, {"event": "test", "i": 0, "passed": True, "error": ""}
+    stdout = (
+        _line("fake", "test", "1", "1", "", "")
+        + _line("n0nce", "loaded")
+        + _line("n0nce", "test", "0", "1", "", _hex("hello"))
+        + "n0nc3 test 1 1  \n"
     )
     report = parse_report(ExecResult(None, stdout, "", 1.0, timed_out=True), "n0nce", tests)
     assert [o.passed for o in report.outcomes] == [True, False]
+    assert report.outcomes[0].output == "hello"
     assert report.outcomes[1].message.startswith("timed out")
     assert report.fraction == 0.5
 
 
 def test_report_marks_tests_after_a_crash_as_not_run():
     tests = ["assert f(1)", "assert f(2)", "assert f(3)"]
-    stdout = _stdout("k", {"event": "loaded"})
+    stdout = _line("k", "loaded") + _line("k", "test", "0", "0", _hex("got 1, expected 2"), "")
     report = parse_report(ExecResult(-9, stdout, "Killed", 0.5), "k", tests)
-    assert "crashed while running this test" in report.outcomes[0].message
+    assert report.outcomes[0].message == "got 1, expected 2"
+    assert "crashed while running this test" in report.outcomes[1].message
     assert report.outcomes[2].message.startswith("not run")
     assert report.passed == 0
 
 
 def test_report_of_code_that_does_not_load():
     tests = ["assert f(1)"] * 2
-    stdout = _stdout("k", {"event": "load_error", "error": "SyntaxError: invalid syntax"})
+    stdout = _line("k", "load_error", _hex("SyntaxError: invalid syntax"))
     report = parse_report(ExecResult(0, stdout, "", 0.1), "k", tests)
     assert report.load_error == "SyntaxError: invalid syntax"
     assert "failed before any test ran" in report.feedback()
