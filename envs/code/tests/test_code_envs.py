@@ -12,6 +12,9 @@ from gymnasium.utils.env_checker import check_env
 
 import agentrl
 from agentrl.errors import ConfigError
+from agentrl.manager import EnvManager
+from agentrl.policy.scripted import ExpertPolicy, RandomPolicy
+from agentrl.trajectory import StopReason
 
 ENV_IDS = ["code/Python-v0", "code/PythonSingleTurn-v0", "code/PythonTool-v0"]
 WRONG = "```python\ndef count_vowels(s):\n    return 0\n```"
@@ -178,3 +181,21 @@ def test_sample_actions_are_valid_text():
         for _ in range(5):
             assert env.action_space.contains(env.sample_action())
         env.close()
+
+
+async def test_env_manager_plays_code_episodes_with_scripted_policies():
+    expert = EnvManager("code/Python-v0", ExpertPolicy(), group_size=2, env_kwargs={"backend": "process"})
+    groups = await expert.run(range(10))
+    await expert.aclose()
+    trajectories = [t for group in groups for t in group.trajectories]
+    assert len(trajectories) == 20 and all(t.success and t.total_reward == 1.0 for t in trajectories)
+
+    random = EnvManager(
+        "code/PythonTool-v0", RandomPolicy(seed=0), group_size=2, env_kwargs={"backend": "process"}
+    )
+    groups = await random.run(range(6))
+    await random.aclose()
+    trajectories = [t for group in groups for t in group.trajectories]
+    assert all(t.stop_reason in (StopReason.TERMINATED, StopReason.TRUNCATED) for t in trajectories)
+    assert not any(t.success for t in trajectories)
+    assert shared_pool_refs("process") == 0  # closing the managers released the shared pool
