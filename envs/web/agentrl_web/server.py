@@ -40,6 +40,9 @@ class AppServer:
         self.app_name = app
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted connections inherit this: without it Nagle's algorithm meets the client's delayed
+        # ACK and every response waits ~40 ms.
+        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._socket.bind((host, port))  # bound here, so the port is known before uvicorn starts
         self.base_url = f"http://{host}:{self._socket.getsockname()[1]}"
         config = uvicorn.Config(
