@@ -279,12 +279,27 @@ class EnvManager:
             episode = asyncio.create_task(self._episode(run, group, trajectory, slots))
             group.running[episode] = trajectory
             run.tasks.add(episode)
-            episode.add_done_callback(run.tasks.discard)
+            episode.add_done_callback(functools.partial(self._episode_done, run, group, trajectory, slots))
             self.stats.launched += 1
 
-    def _finish(self, run: _Run, group: _Group, trajectory: Trajectory) -> None:
+    def _episode_done(
+        self,
+        run: _Run,
+        group: _Group,
+        trajectory: Trajectory,
+        slots: asyncio.Semaphore,
+        episode: asyncio.Task[None],
+    ) -> None:
+        """Account an episode whose task was cancelled before it ever ran (its body never saw it)."""
+        run.tasks.discard(episode)
+        if not trajectory.finished_at:
+            trajectory.finished_at = time.time()
+            self._finish(run, group, trajectory, episode)
+            slots.release()
+
+    def _finish(self, run: _Run, group: _Group, trajectory: Trajectory, episode: asyncio.Task[None]) -> None:
         """Account an ended episode; complete its group (cancelling stragglers) when it can."""
-        del group.running[asyncio.current_task()]  # type: ignore[arg-type]
+        del group.running[episode]
         reason = trajectory.stop_reason
         self.stats.by_reason[reason] += 1
         group.ended += 1
@@ -302,10 +317,10 @@ class EnvManager:
         if len(group.kept) < self.group_size and group.ended < self.width:
             return
         group.emitted = True
-        for episode, other in group.running.items():
-            if not other.finished_at:  # still playing: a straggler
+        for straggler, other in group.running.items():
+            if not other.finished_at:  # still playing (or not yet started)
                 other.stop_reason = StopReason.CANCELLED
-                episode.cancel()
+                straggler.cancel()
                 group.cancelled += 1
         self.stats.groups_completed += 1
         run.out.put_nowait(
@@ -354,7 +369,7 @@ class EnvManager:
         except asyncio.CancelledError:  # a redundant straggler (CANCELLED) or shutdown (ABORTED)
             _uncancel()
         trajectory.finished_at = time.time()
-        self._finish(run, group, trajectory)
+        self._finish(run, group, trajectory, asyncio.current_task())  # type: ignore[arg-type]
         await self._cleanup(trajectory.episode_id, env, reusable=not env_call.busy)
         slots.release()
 
