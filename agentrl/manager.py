@@ -215,7 +215,8 @@ class EnvManager:
                 if isinstance(item, BaseException):
                     raise item
                 yield item
-            await asyncio.gather(*run.tasks)  # the last episodes' cleanup (env back to the pool)
+            # let the last episodes finish their cleanup (env back to the pool; stragglers counted)
+            await asyncio.gather(*run.tasks, return_exceptions=True)
         finally:
             await self._abort(run)
             self._runs.discard(run)
