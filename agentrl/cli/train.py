@@ -104,12 +104,11 @@ def sft(
         if base is None:
             base = out.with_name(out.name + "_init")
             init_checkpoint(base, size)
-        result = asyncio.run(
-            warm_start(
-                base, out, env_id, episodes=episodes, epochs=epochs, batch_size=batch_size, lr=lr,
-                seed_start=seed_start,
-            )  # fmt: skip
-        )
+        job = warm_start(
+            base, out, env_id, episodes=episodes, epochs=epochs, batch_size=batch_size, lr=lr,
+            seed_start=seed_start,
+        )  # fmt: skip
+        result = asyncio.run(job)
     except AgentRLError as exc:
         raise _fail(exc) from exc
     console.print(

@@ -454,4 +454,3 @@ def _dump_yaml(config: TrainConfig) -> str:
     buffer = io.StringIO()
     yaml.safe_dump(config.model_dump(mode="json"), buffer, sort_keys=False)
     return buffer.getvalue()
-
