@@ -78,7 +78,8 @@ def main() -> None:
     target = 0.9 * min(curve[-1][1] for _, curve in results.values())
     print(f"\ntarget: moving-average training success >= {target:.1%}")
     print(
-        f"{'mode':<9} {'steps':>5} {'wall s':>7} {'to target s':>11} {'speedup':>8} {'final':>7} {'vs sync':>8}"
+        f"{'mode':<9} {'steps':>5} {'wall s':>7} {'to target s':>11} {'speedup':>8} "
+        f"{'final':>7} {'vs sync':>8}"
     )
     sync_result, sync_curve = results["sync"]
     sync_time = next(t for t, s in sync_curve if s >= target)

@@ -255,7 +255,7 @@ class TrainingRun:
         )
         writer = MetricsWriter(paths.root)
         result = TrainResult(out=paths.root, steps=state["step"], version=learner.version, wall_time=0.0)
-        await asyncio.to_thread(server.start)
+        server.start()  # from the main thread: the server dies with the thread that started it
         try:
             async with httpx.AsyncClient() as http:
                 await self._train(learner, server.url, http, writer, tokenizer_dir, state, result)

@@ -28,6 +28,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGTERM the server when the trainer dies, even by `kill -9` (no orphan holds the port)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class ServerProcess:
     """`agentrl serve MODEL_DIR` in a child process; a context manager that waits for readiness."""
 
@@ -74,6 +84,7 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,  # a Ctrl-C in the terminal reaches the trainer, which stops us
+            preexec_fn=_die_with_parent,
         )
         self._wait_ready()
         return self
