@@ -1,7 +1,247 @@
-"""CLI commands: envs (being written)."""
+"""CLI commands for environments: `agentrl envs list`, `agentrl envs check ID`, `agentrl rollout ID`.
+
+Errors a user can fix (an unknown env id, a bad option) print one clear line and exit with code
+2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import warnings
+from collections import Counter
+from importlib import metadata
+from typing import Annotated, Any
 
 import typer
+import yaml
+from gymnasium.utils.env_checker import check_env
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from agentrl import registry
+from agentrl.core import Env
+from agentrl.errors import AgentRLError, UnknownEnvError
+from agentrl.manager import EnvManager
+from agentrl.policy.protocol import Policy
+from agentrl.policy.scripted import ExpertPolicy, RandomPolicy
+from agentrl.trajectory import StopReason, Trajectory
+
+console = Console()
+errors = Console(stderr=True)
+
+envs_app = typer.Typer(help="List and check environments.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the main app."""
+    app.add_typer(envs_app, name="envs")
+    app.command("rollout")(rollout)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _parse_env_args(pairs: list[str]) -> dict[str, Any]:
+    """`KEY=VALUE` options; values are read as YAML scalars (so `size=7` is an int)."""
+    kwargs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise _fail(f"--env-arg expects KEY=VALUE, got {pair!r}")
+        kwargs[key] = yaml.safe_load(value)
+    return kwargs
+
+
+def _make(env_id: str, kwargs: dict[str, Any]) -> Env:
+    try:
+        return registry.make(env_id, **kwargs)
+    except UnknownEnvError as exc:
+        raise _fail(str(exc)) from None
+    except AgentRLError as exc:
+        raise _fail(str(exc), code=1) from None
+
+
+# -- agentrl envs list ----------------------------------------------------------------------
+
+
+@envs_app.command("list")
+def list_command() -> None:
+    """List every known env id and where it comes from (imports no suite)."""
+    installed = {ep.name: ep for ep in metadata.entry_points(group=registry.ENTRY_POINT_GROUP)}
+    table = Table("id", "package", "description")
+    described: set[str] = set()
+    for env_id in registry.list_envs():
+        dist = getattr(installed.get(env_id), "dist", None)
+        if dist is not None:  # an installed suite: describe it (once) from its metadata, unimported
+            summary = "" if dist.name in described else dist.metadata.get("Summary") or ""
+            described.add(dist.name)
+            table.add_row(env_id, dist.name, summary)
+        else:  # registered in code, so spec() needs no import
+            table.add_row(env_id, "(registered in code)", registry.spec(env_id).description)
+    if not table.rows:
+        console.print("No environments installed. `pip install -e envs/games` adds the games suite.")
+        return
+    console.print(table)
+
+
+# -- agentrl envs check ---------------------------------------------------------------------
+
+
+@envs_app.command("check")
+def check_command(
+    env_id: Annotated[str, typer.Argument(help="Env id, e.g. games/Sokoban-v0.")],
+    episodes: Annotated[int, typer.Option(help="Episodes per rollout.")] = 4,
+    max_turns: Annotated[int, typer.Option(help="Turn limit per episode.")] = 100,
+    seed: Annotated[int, typer.Option(help="First seed.")] = 0,
+    step_timeout: Annotated[float, typer.Option(help="Seconds allowed per env call.")] = 30.0,
+    env_arg: Annotated[list[str], typer.Option(help="Constructor argument KEY=VALUE (repeatable).")] = [],  # noqa: B006
+) -> None:
+    """Run gymnasium's env checker, then short random and expert rollouts. Exit 1 on a failure."""
+    kwargs = _parse_env_args(env_arg)
+    env = _make(env_id, kwargs)
+    ok = True
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            check_env(env, skip_render_check=True)
+            console.print("[green]PASS[/] gymnasium check_env")
+        except Exception as exc:
+            ok = False
+            console.print(f"[red]FAIL[/] gymnasium check_env: {type(exc).__name__}: {exc}", highlight=False)
+    for warning in caught:
+        if "spec" not in str(warning.message):  # made without gymnasium.make: expected
+            console.print(f"  [yellow]warning:[/] {warning.message}", highlight=False)
+    has_expert = type(env).expert_action is not Env.expert_action
+    env.close()
+
+    rollouts: list[tuple[str, Policy]] = [("random", RandomPolicy(seed=seed))]
+    if has_expert:
+        rollouts.append(("expert", ExpertPolicy()))
+    else:
+        console.print("[yellow]SKIP[/] expert rollout: the env has no expert_action()")
+    for name, policy in rollouts:
+        manager = EnvManager(
+            env_id, policy, max_turns=max_turns, step_timeout=step_timeout, env_kwargs=kwargs
+        )
+        trajectories = asyncio.run(_collect(manager, range(seed, seed + episodes)))
+        reasons = Counter(t.stop_reason.value for t in trajectories)
+        failures = [t for t in trajectories if not t.stop_reason.finished]
+        success = sum(t.success for t in trajectories) / len(trajectories)
+        summary = (
+            f"{name} rollout: {len(trajectories)} episodes, success {success:.0%}, "
+            f"mean reward {sum(t.total_reward for t in trajectories) / len(trajectories):.3f}, "
+            f"stop reasons {dict(reasons)}"
+        )
+        if name == "expert" and success == 0:
+            ok = False
+            console.print(f"[red]FAIL[/] {summary}: the expert never succeeded", highlight=False)
+        elif failures:
+            ok = False
+            console.print(f"[red]FAIL[/] {summary}", highlight=False)
+            for t in failures[:3]:
+                console.print(f"  seed {t.seed}: {t.stop_reason.value}: {t.error}", highlight=False)
+        else:
+            console.print(f"[green]PASS[/] {summary}", highlight=False)
+    if not ok:
+        raise typer.Exit(1)
+
+
+async def _collect(manager: EnvManager, seeds: range) -> list[Trajectory]:
+    async with manager:
+        groups = await manager.run(seeds)
+    return [t for g in groups for t in g.trajectories]
+
+
+# -- agentrl rollout ------------------------------------------------------------------------
+
+
+def _resolve_policy(name: str, seed: int) -> Policy:
+    if name == "random":
+        return RandomPolicy(seed=seed)
+    if name == "expert":
+        return ExpertPolicy()
+    if name.startswith(("http://", "https://")):
+        try:
+            from agentrl.policy.client import PolicyClient  # type: ignore[import-not-found]
+        except ImportError:
+            raise _fail(
+                "serving policies from a URL needs agentrl.policy.client, which this install lacks"
+            ) from None
+        return PolicyClient(name)  # type: ignore[no-any-return]
+    raise _fail(f"--policy must be 'random', 'expert' or a policy server URL (http://...), got {name!r}")
+
+
+def rollout(
+    env_id: Annotated[str, typer.Argument(help="Env id, e.g. games/Sokoban-v0.")],
+    policy: Annotated[str, typer.Option(help="random, expert, or a policy server URL.")] = "random",
+    episodes: Annotated[int, typer.Option("-n", "--episodes", help="Episodes to keep.", min=1)] = 64,
+    concurrency: Annotated[int, typer.Option(help="Episodes in flight at once.", min=1)] = 256,
+    group_size: Annotated[int, typer.Option(help="Episodes per seed (group).", min=1)] = 1,
+    redundancy: Annotated[
+        int, typer.Option(help="Extra episodes per group; stragglers cancelled.", min=0)
+    ] = 0,
+    seed: Annotated[int, typer.Option(help="First seed; group i plays seed + i.")] = 0,
+    max_turns: Annotated[int | None, typer.Option(help="Turn limit per episode.")] = None,
+    step_timeout: Annotated[float | None, typer.Option(help="Seconds allowed per env call.")] = None,
+    episode_timeout: Annotated[float | None, typer.Option(help="Seconds allowed per episode.")] = None,
+    env_arg: Annotated[list[str], typer.Option(help="Constructor argument KEY=VALUE (repeatable).")] = [],  # noqa: B006
+) -> None:
+    """Play episodes of an env with a policy and print success, reward and throughput."""
+    kwargs = _parse_env_args(env_arg)
+    policy_fn = _resolve_policy(policy, seed)
+    groups = math.ceil(episodes / group_size)
+    width = group_size + redundancy
+    try:
+        manager = EnvManager(
+            env_id,
+            policy_fn,
+            group_size=group_size,
+            redundancy=redundancy,
+            max_concurrency=max(concurrency, width),
+            max_turns=max_turns,
+            step_timeout=step_timeout,
+            episode_timeout=episode_timeout,
+            env_kwargs=kwargs,
+        )
+    except UnknownEnvError as exc:
+        raise _fail(str(exc)) from None
+    except (AgentRLError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    bar = progress.add_task(env_id, total=groups * width)
+    manager.on_trajectory = lambda _: progress.advance(bar)
+    started = time.perf_counter()
+    with progress:
+        kept = asyncio.run(_collect(manager, range(seed, seed + groups)))
+    elapsed = time.perf_counter() - started
+    _print_summary(manager, kept, elapsed)
+
+
+def _print_summary(manager: EnvManager, kept: list[Trajectory], elapsed: float) -> None:
+    finished = [t for t in kept if t.stop_reason.finished]
+    stats = manager.stats
+    table = Table("metric", "value", show_header=False)
+    table.add_row("episodes (kept)", str(len(kept)))
+    table.add_row("success rate", f"{sum(t.success for t in kept) / max(len(kept), 1):.1%}")
+    table.add_row("mean reward", f"{sum(t.total_reward for t in finished) / max(len(finished), 1):.3f}")
+    table.add_row("mean turns", f"{sum(len(t.turns) for t in kept) / max(len(kept), 1):.1f}")
+    table.add_row("episodes/s", f"{stats.ended / elapsed:.1f}")
+    table.add_row("env-steps/s", f"{stats.env_steps / elapsed:.1f}")
+    reasons = ", ".join(f"{r.value}={n}" for r, n in stats.by_reason.items() if n)
+    table.add_row("stop reasons", reasons)
+    console.print(table)
+    failed = [t for t in kept if t.stop_reason in (StopReason.ERROR, StopReason.TIMEOUT)]
+    for t in failed[:3]:
+        console.print(f"  seed {t.seed}: {t.stop_reason.value}: {t.error}", highlight=False)
