@@ -124,7 +124,7 @@ class CodeEnv(Env):
         return self._task_observation(), self._info()
 
     async def astep(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        task = self._require_task()
+        task = self._require_open_episode()
         self.turn += 1
         code = extract_code(action)
         if code is None:
@@ -197,6 +197,12 @@ class CodeEnv(Env):
         info = self._info()
         info["format_error"] = True
         return message, self.format_penalty, False, truncated, info
+
+    def _require_open_episode(self) -> Task:
+        task = self._require_task()
+        if self.done:
+            raise AgentRLError(f"{type(self).__name__}: the episode is over; call reset() to start another")
+        return task
 
     def _require_task(self) -> Task:
         if self.task is None:
@@ -285,7 +291,7 @@ class ToolCodeEnv(CodeEnv):
         tool_code = extract_tool_call(action)
         if tool_code is None:
             return await super().astep(action)
-        self._require_task()
+        self._require_open_episode()
         self.turn += 1
         truncated = self.turn >= self.max_turns
         self.done = truncated

@@ -199,3 +199,12 @@ async def test_env_manager_plays_code_episodes_with_scripted_policies():
     assert all(t.stop_reason in (StopReason.TERMINATED, StopReason.TRUNCATED) for t in trajectories)
     assert not any(t.success for t in trajectories)
     assert shared_pool_refs("process") == 0  # closing the managers released the shared pool
+
+
+def test_stepping_a_finished_episode_is_an_error():
+    env = SingleTurnCodeEnv(backend="process")
+    env.reset(seed=0)
+    env.step("no code")
+    with pytest.raises(agentrl.AgentRLError, match="call reset"):
+        env.step("no code")
+    env.close()
