@@ -67,7 +67,12 @@ class GymnasiumAdapter(Env):
             raise `ValueError`/`TypeError`; an action outside the action space counts the same.
         format_penalty: reward for an action that does not parse.
         system_prompt: instructions for the agent.
-        executor: where the env's blocking calls run (default: the loop's default thread pool).
+        executor: where the env's blocking calls run (default: the loop's default thread pool,
+            which has min(32, CPUs + 4) threads; pass a bigger one for many slow envs).
+
+    A step that times out in the manager is abandoned, not stopped: Python cannot kill a
+    thread, so a truly hung `step` keeps its thread (and delays interpreter exit) until it
+    returns. The manager closes and replaces such an env.
     """
 
     def __init__(
