@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agentrl_web.browser import http_client
+from agentrl_web.browser import fetch
 from agentrl_web.render import Element
 from agentrl_web.shop.catalog import OrderItem, Task, build_catalogue, order_reward
 from agentrl_web.web_env import WebEnv
@@ -41,7 +41,7 @@ class ShopEnv(WebEnv):
     async def _evaluate(self) -> tuple[bool, float, bool]:
         if not self.page_path().startswith("/order"):
             return False, 0.0, False
-        response = await http_client().get(f"{self.base_url}/api/sessions/{self.session}/order")
+        response = await fetch("GET", f"{self.base_url}/api/sessions/{self.session}/order")
         data = response.json() if response.status_code == 200 else {}
         if not data.get("placed"):
             return False, 0.0, False

@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 
 import httpx
 from agentrl_web.actions import USAGE, Action, ActionError, parse_action
-from agentrl_web.browser import Browser, http_client
+from agentrl_web.browser import Browser, fetch
 from agentrl_web.render import Page
-from agentrl_web.server import shared_server
+from agentrl_web.server import WebServerError, shared_server
 
 from agentrl.core import Env
 
@@ -98,8 +98,11 @@ class WebEnv(Env):
         await super().areset(seed=seed, options=options)
         if self.base_url is None:
             self.base_url = await asyncio.to_thread(shared_server, self.app, self.world_seed)
+            self._server_checked = True
+        if not self._server_checked:
+            await self._check_server()
         await self._end_session()
-        response = await http_client().post(f"{self.base_url}/api/sessions")
+        response = await fetch("POST", f"{self.base_url}/api/sessions")
         response.raise_for_status()
         self.session = response.json()["session"]
         self._sample_task()
@@ -162,16 +165,30 @@ class WebEnv(Env):
     async def aclose(self) -> None:
         await self._end_session()
 
+    async def _check_server(self) -> None:
+        """A server given by `base_url` must serve this app built from this env's seed: the env
+        draws tasks from its own copy of the generated data, and a mismatch would grade nonsense."""
+        response = await fetch("GET", f"{self.base_url}/api/info")
+        info = response.json() if response.status_code == 200 else {}
+        if info.get("app") != self.app or info.get("seed") != self.world_seed:
+            raise WebServerError(
+                f"{self.base_url} serves app={info.get('app')!r} seed={info.get('seed')!r}; this env needs "
+                f"app={self.app!r} seed={self.world_seed} (python -m agentrl_web.serve {self.app} "
+                f"--seed {self.world_seed})"
+            )
+        self._server_checked = True
+
     async def _end_session(self) -> None:
         """Free the server-side session now rather than waiting for it to expire."""
         if self.session is not None and self.base_url is not None:
             session, self.session = self.session, None
             with contextlib.suppress(httpx.HTTPError):  # if this fails the server expires it anyway
-                await http_client().delete(f"{self.base_url}/api/sessions/{session}")
+                await fetch("DELETE", f"{self.base_url}/api/sessions/{session}")
 
     # -- views of the state -----------------------------------------------------------------
 
     _success = False
+    _server_checked = False
 
     @property
     def page(self) -> Page:

@@ -203,9 +203,7 @@ def create_app(catalogue_seed: int = 0, *, max_sessions: int = 4096, ttl: float 
         return JSONResponse({"placed": state.order is not None, "items": items})
 
     routes = [
-        *session_api_routes(
-            "shop", store, {"catalogue_seed": catalogue_seed, "products": len(catalogue.products)}
-        ),
+        *session_api_routes("shop", store, {"seed": catalogue_seed, "products": len(catalogue.products)}),
         Route("/api/sessions/{sid}/order", order_api),
         Route("/s/{sid}/", home),
         Route("/s/{sid}/search", search),

@@ -85,7 +85,7 @@ def create_app(world_seed: int = 0, *, max_sessions: int = 4096, ttl: float = 18
         return JSONResponse({"trail": list(state.trail)})
 
     routes = [
-        *session_api_routes("wiki", store, {"world_seed": world_seed, "articles": len(world.articles)}),
+        *session_api_routes("wiki", store, {"seed": world_seed, "articles": len(world.articles)}),
         Route("/api/sessions/{sid}/trail", trail),
         Route("/s/{sid}/", home),
         Route("/s/{sid}/search", search),
