@@ -29,7 +29,7 @@ from agentrl.policy.protocol import Policy
 from agentrl.policy.scripted import ExpertPolicy, RandomPolicy
 from agentrl.trajectory import StopReason, Trajectory
 
-console = Console()
+console = Console(soft_wrap=True)  # long PASS/FAIL lines stay whole when piped
 errors = Console(stderr=True)
 
 envs_app = typer.Typer(help="List and check environments.", no_args_is_help=True)
