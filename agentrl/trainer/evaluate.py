@@ -51,7 +51,7 @@ async def evaluate_server(
     from agentrl.policy.client import PolicyClient
     from agentrl.policy.types import SamplingParams
 
-    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed_offset)
+    params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
     client = PolicyClient(url, sampling=params)
     manager = EnvManager(
         env_id, client, group_size=1, max_concurrency=concurrency, max_turns=max_turns, env_kwargs=env_kwargs

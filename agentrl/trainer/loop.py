@@ -250,7 +250,6 @@ class TrainingRun:
             host=config.server.host,
             port=config.server.port,
             log_path=paths.root / "server.log",
-            extra_args=["--version", str(learner.version)],
             startup_timeout=config.server.startup_timeout,
         )
         writer = MetricsWriter(paths.root)
@@ -276,14 +275,14 @@ class TrainingRun:
         result: TrainResult,
     ) -> None:
         config, schedule = self.config, self.config.schedule
-        from agentrl.policy.client import PolicyClient
-
         policy = make_client(url, config, temperature=config.sampling.temperature)
-        assert isinstance(policy, PolicyClient)
+        # A restarted server counts versions from 0 again; token versions and the buffer live in
+        # the server's count, checkpoints and metrics in the learner's (which survives resumes).
+        offset = learner.version - await _server_version(http, url)
         buffer = StalenessBuffer(
             schedule.groups_per_step,
             config.effective_max_staleness,
-            version=learner.version,
+            version=learner.version - offset,
             dynamic_filter=config.buffer.dynamic_filter,
             tail_batching=config.buffer.tail_batching,
         )
@@ -319,13 +318,16 @@ class TrainingRun:
         try:
             while step < schedule.steps:
                 step_started = time.perf_counter()
-                groups = await _first(buffer.get_batch(schedule.groups_per_step, learner.version), producer)
+                batch = buffer.get_batch(schedule.groups_per_step, learner.version - offset)
+                groups = await _first(batch, producer)
                 waited = time.perf_counter() - step_started
                 metrics = await asyncio.to_thread(learner.train_step, groups)
                 version = await push_weights(http, url, learner.state_dict())
-                if version != learner.version:
-                    raise PolicyError(f"server is at version {version}, learner at {learner.version}")
-                await buffer.set_version(learner.version)
+                if version + offset != learner.version:
+                    raise PolicyError(
+                        f"server is at version {version}+{offset}, learner at {learner.version}"
+                    )
+                await buffer.set_version(version)
                 step += 1
                 step_seconds = time.perf_counter() - step_started
                 record = {
@@ -407,6 +409,12 @@ class TrainingRun:
         for old in complete[:-2]:
             shutil.rmtree(old, ignore_errors=True)
         self._log(f"checkpoint {final}")
+
+
+async def _server_version(http: httpx.AsyncClient, url: str) -> int:
+    response = await http.get(f"{url}/health", timeout=30.0)
+    response.raise_for_status()
+    return int(response.json()["version"])
 
 
 def make_client(url: str, config: TrainConfig, *, temperature: float) -> Any:
