@@ -152,8 +152,14 @@ def check_command(
 
 
 async def _collect(manager: EnvManager, seeds: range) -> list[Trajectory]:
-    async with manager:
-        groups = await manager.run(seeds)
+    """Play `seeds`, then close the manager and the policy (a client holds HTTP connections)."""
+    try:
+        async with manager:
+            groups = await manager.run(seeds)
+    finally:
+        close_policy = getattr(manager.policy, "aclose", None)
+        if close_policy is not None:
+            await close_policy()
     return [t for g in groups for t in g.trajectories]
 
 
