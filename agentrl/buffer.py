@@ -148,6 +148,12 @@ class StalenessBuffer:
         After `close()`, returns whatever is left (possibly fewer, possibly none) instead of waiting.
         """
         n = num_groups or self.batch_size
+        if n > (self.max_staleness + 1) * self.batch_size:
+            # Admission never lets more than this many groups be ahead of the trainer at once.
+            raise ValueError(
+                f"num_groups={n} can never be ready: at most (max_staleness + 1) * batch_size = "
+                f"{(self.max_staleness + 1) * self.batch_size} groups are admitted ahead of the trainer"
+            )
         async with self._cond:
             if trainer_version is not None:
                 self._set_version_locked(trainer_version)

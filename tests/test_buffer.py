@@ -192,3 +192,9 @@ def test_bad_arguments_name_the_parameter():
         StalenessBuffer(batch_size=2, max_staleness=-1)
     with pytest.raises(ValueError, match="batch_size"):
         StalenessBuffer(batch_size=0, max_staleness=1)
+
+
+async def test_a_batch_larger_than_admission_allows_is_refused():
+    buffer = StalenessBuffer(batch_size=2, max_staleness=1)
+    with pytest.raises(ValueError, match="num_groups=5"):
+        await buffer.get_batch(5, 0)

@@ -53,22 +53,28 @@ class LearnerConfig(BaseModel):
     loss: LossName = "decoupled_ppo"
     advantage: AdvantageEstimator = "grpo"
     aggregation: Aggregation = "token"  # token: sum / loss tokens in the batch; sequence: mean of means
-    clip_eps: float = Field(0.2, ge=0, lt=1)  # PPO lower clip (1 - eps)
-    clip_eps_hi: float = Field(0.28, ge=0)  # PPO upper clip (1 + eps_hi); also CISPO's weight cap
-    dual_clip_c: float | None = Field(None, gt=1)  # dual-clip bound for A < 0 (ppo_clip); None = off
-    tis_cap: float = Field(2.0, gt=0)  # TIS: cap C on exp(logp_old - logp_behav)
-    behav_cap: float | None = Field(5.0, gt=0)  # decoupled PPO: cap on the behaviour weight; None = off
-    gspo_eps: float = Field(3e-4, ge=0)
-    gspo_eps_hi: float = Field(4e-4, ge=0)
-    kl_coef: float = Field(0.0, ge=0)  # beta of the k3 KL to the initial weights; 0 = no reference model
-    entropy_coef: float = Field(0.0, ge=0)
-    lr: float = Field(3e-4, gt=0)
+    clip_eps: float = Field(default=0.2, ge=0, lt=1)  # PPO lower clip (1 - eps)
+    clip_eps_hi: float = Field(default=0.28, ge=0)  # PPO upper clip (1 + eps_hi); also CISPO's weight cap
+    dual_clip_c: float | None = Field(default=None, gt=1)  # dual-clip bound for A < 0 (ppo_clip); None = off
+    tis_cap: float = Field(default=2.0, gt=0)  # TIS: cap C on exp(logp_old - logp_behav)
+    behav_cap: float | None = Field(
+        default=5.0, gt=0
+    )  # decoupled PPO: cap on the behaviour weight; None = off
+    gspo_eps: float = Field(default=3e-4, ge=0)
+    gspo_eps_hi: float = Field(default=4e-4, ge=0)
+    kl_coef: float = Field(
+        default=0.0, ge=0
+    )  # beta of the k3 KL to the initial weights; 0 = no reference model
+    entropy_coef: float = Field(default=0.0, ge=0)
+    lr: float = Field(default=3e-4, gt=0)
     betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = Field(0.0, ge=0)
-    max_grad_norm: float | None = Field(1.0, gt=0)  # None = no clipping
-    micro_batch_tokens: int = Field(4096, ge=1)  # padded tokens (rows * longest row) per forward pass
-    grad_accumulation: int = Field(1, ge=1)  # at least this many micro-batches per optimizer step
-    minibatches: int = Field(1, ge=1)  # optimizer steps per train_step (PPO-style); version bumps once
+    weight_decay: float = Field(default=0.0, ge=0)
+    max_grad_norm: float | None = Field(default=1.0, gt=0)  # None = no clipping
+    micro_batch_tokens: int = Field(default=4096, ge=1)  # padded tokens (rows * longest row) per forward pass
+    grad_accumulation: int = Field(default=1, ge=1)  # at least this many micro-batches per optimizer step
+    minibatches: int = Field(
+        default=1, ge=1
+    )  # optimizer steps per train_step (PPO-style); version bumps once
 
 
 class Learner:
@@ -237,8 +243,9 @@ class Learner:
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        if hasattr(self.model, "save_pretrained"):
-            self.model.save_pretrained(directory)
+        export = getattr(self.model, "save_pretrained", None)
+        if callable(export):
+            export(directory)
         state = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
