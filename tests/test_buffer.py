@@ -2,10 +2,14 @@
 
 import asyncio
 import itertools
+import random
 
 import pytest
 
 from agentrl.buffer import StalenessBuffer
+from agentrl.core import Env
+from agentrl.manager import EnvManager
+from agentrl.policy.protocol import PolicyInput, PolicyOutput
 from agentrl.trajectory import StopReason, Trajectory, TrajectoryGroup, Turn
 
 
@@ -198,3 +202,63 @@ async def test_a_batch_larger_than_admission_allows_is_refused():
     buffer = StalenessBuffer(batch_size=2, max_staleness=1)
     with pytest.raises(ValueError, match="num_groups=5"):
         await buffer.get_batch(5, 0)
+
+
+class Coin(Env):
+    """One step: 'heads' wins. Episodes of different seeds take different times, like real envs."""
+
+    async def areset(self, *, seed=None, options=None):
+        await super().areset(seed=seed)
+        self.delay = 0.002 * (seed % 7)
+        return "call it", {}
+
+    async def astep(self, action):
+        await asyncio.sleep(self.delay)
+        return "done", float(action == "heads"), True, False, {"success": action == "heads"}
+
+
+class VersionedCoinPolicy:
+    """Stands in for the policy server: stamps each sampled token with the current weight version."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.rng = random.Random(0)
+
+    async def __call__(self, request: PolicyInput) -> PolicyOutput:
+        await asyncio.sleep(0.001)
+        heads = self.rng.random() < 0.5
+        return PolicyOutput("heads" if heads else "tails", [7], [int(heads) + 1], [-0.69], [self.version])
+
+
+@pytest.mark.parametrize("max_staleness", [0, 2])
+async def test_buffer_feeds_and_paces_the_real_env_manager(max_staleness):
+    batch_size, policy = 3, VersionedCoinPolicy()
+    buffer = StalenessBuffer(batch_size, max_staleness, dynamic_filter=True)
+    manager = EnvManager(Coin, policy, group_size=4, max_concurrency=64)
+
+    async def produce():
+        async for group in manager.stream(buffer.admitted(itertools.count())):
+            await buffer.put(group)
+
+    producer = asyncio.create_task(produce())
+    for version in range(5):
+        batch = await buffer.get_batch(batch_size, version)
+        m = buffer.metrics()
+        # Admission: never more than (max_staleness + version + 1) batches beyond what was dropped.
+        dropped = m["buffer/dropped_stale"] + m["buffer/dropped_zero_variance"]
+        assert m["buffer/admitted"] <= (max_staleness + version + 1) * batch_size + dropped
+        for group in batch:
+            assert 0 <= version - group.oldest_version <= max_staleness
+            assert len(set(group.rewards)) > 1  # dynamic filter
+            if max_staleness == 0:
+                assert {v for t in group.trajectories for v in t.versions() if v >= 0} == {version}
+        await asyncio.sleep(0.01)  # "train", then push the weights and tell the buffer
+        policy.version = version + 1
+        await buffer.set_version(version + 1)
+    m = buffer.metrics()
+    assert m["buffer/producer_wait_s"] > 0  # rollout was held back, not run ahead
+    if max_staleness == 0:
+        assert m["buffer/dropped_stale"] == 0 and m["buffer/staleness_0"] == 5 * batch_size
+    await buffer.close()
+    await asyncio.wait_for(producer, 5)
+    await manager.aclose()
