@@ -19,7 +19,8 @@ What is compared, at each env count N:
   (same episode length, constant reward, autoreset). AsyncVectorEnv spawns one process per env,
   so it runs at N=64 only.
 
-Ratios are env-steps/s relative to SyncVectorEnv at the same N (higher is faster).
+Each figure is the best of `--repeats` runs of about 2**18 env-steps. Ratios are env-steps/s
+relative to SyncVectorEnv at the same N (higher is faster).
 """
 
 from __future__ import annotations
