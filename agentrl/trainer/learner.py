@@ -57,14 +57,12 @@ class LearnerConfig(BaseModel):
     clip_eps_hi: float = Field(default=0.28, ge=0)  # PPO upper clip (1 + eps_hi); also CISPO's weight cap
     dual_clip_c: float | None = Field(default=None, gt=1)  # dual-clip bound for A < 0 (ppo_clip); None = off
     tis_cap: float = Field(default=2.0, gt=0)  # TIS: cap C on exp(logp_old - logp_behav)
-    behav_cap: float | None = Field(
-        default=5.0, gt=0
-    )  # decoupled PPO: cap on the behaviour weight; None = off
+    # decoupled PPO: cap on the behaviour weight exp(logp_old - logp_behav); None = uncapped
+    behav_cap: float | None = Field(default=5.0, gt=0)
     gspo_eps: float = Field(default=3e-4, ge=0)
     gspo_eps_hi: float = Field(default=4e-4, ge=0)
-    kl_coef: float = Field(
-        default=0.0, ge=0
-    )  # beta of the k3 KL to the initial weights; 0 = no reference model
+    # beta of the k3 KL to the initial weights; 0 keeps no reference model (saves memory and a forward)
+    kl_coef: float = Field(default=0.0, ge=0)
     entropy_coef: float = Field(default=0.0, ge=0)
     lr: float = Field(default=3e-4, gt=0)
     betas: tuple[float, float] = (0.9, 0.999)
@@ -72,9 +70,8 @@ class LearnerConfig(BaseModel):
     max_grad_norm: float | None = Field(default=1.0, gt=0)  # None = no clipping
     micro_batch_tokens: int = Field(default=4096, ge=1)  # padded tokens (rows * longest row) per forward pass
     grad_accumulation: int = Field(default=1, ge=1)  # at least this many micro-batches per optimizer step
-    minibatches: int = Field(
-        default=1, ge=1
-    )  # optimizer steps per train_step (PPO-style); version bumps once
+    # optimizer steps per train_step, each on a slice of the batch (PPO-style); the version bumps once
+    minibatches: int = Field(default=1, ge=1)
 
 
 class Learner:
