@@ -166,6 +166,24 @@ async def test_a_raising_policy_ends_the_episode_as_error_and_keeps_the_env():
     await manager.aclose()
 
 
+async def test_a_hanging_reset_times_out_and_a_wrong_policy_return_is_an_error():
+    class HangingReset(Countdown):
+        async def areset(self, *, seed=None, options=None):
+            await asyncio.Event().wait()
+
+    async def numeric_policy(request: PolicyInput) -> int:
+        return 3
+
+    manager = EnvManager(HangingReset, instant_policy, step_timeout=0.05)
+    [group] = await manager.run([1])
+    assert group.trajectories[0].stop_reason is StopReason.TIMEOUT
+    await manager.aclose()
+    manager = EnvManager(Countdown, numeric_policy)  # type: ignore[arg-type]
+    [group] = await manager.run([1])
+    assert group.trajectories[0].error == "TypeError: policy returned int, expected PolicyOutput or str"
+    await manager.aclose()
+
+
 async def test_a_failing_env_factory_is_an_error_not_a_crash():
     def broken_factory() -> Env:
         raise OSError("no sandbox available")
