@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import pytest
@@ -76,6 +77,7 @@ def test_envs_check_fails_an_env_that_raises():
 
 
 def test_rollout_prints_success_reward_and_throughput():
+    thresholds = gc.get_threshold()
     args = ["rollout", "clitest/Pick-v0", "--policy", "expert", "-n", "12", "--group-size", "4"]
     result = runner.invoke(app, [*args, "--redundancy", "1", "--concurrency", "8"])
     assert result.exit_code == 0, result.output
@@ -85,6 +87,7 @@ def test_rollout_prints_success_reward_and_throughput():
     assert "terminated=12, cancelled=3" in output
     for metric in ("mean reward", "episodes/s", "env-steps/s"):
         assert metric in output
+    assert gc.get_threshold() == thresholds  # the command's GC setting does not leak
 
 
 def test_rollout_passes_env_args_to_the_constructor():
