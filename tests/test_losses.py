@@ -64,6 +64,20 @@ def test_decoupled_ppo_weights_by_proximal_over_behaviour(cap, expected_w0):
     assert m["is_weight_mean"].item() == pytest.approx((expected_w0 + 0.5) / 2, abs=1e-6)
 
 
+def test_decoupled_ppo_rejects_tokens_over_the_cap_when_asked():
+    logp_old = torch.tensor([0.0, 0.0])
+    behav = torch.tensor([-math.log(6.0), math.log(2.0)])  # w = 6 (over cap 5) and 0.5
+    logp = _leaf([0.0, 0.0])
+    adv = torch.tensor([1.0, 1.0])
+    loss, m = losses.decoupled_ppo_loss(logp, logp_old, behav, adv, behav_cap=5.0, reject=True)
+    assert loss.item() == pytest.approx(-(0.0 * 1.0 + 0.5 * 1.0) / 2, abs=1e-6)  # token 0 rejected
+    assert m["is_weight_capped_frac"].item() == pytest.approx(0.5)
+    loss.backward()
+    assert logp.grad.tolist() == pytest.approx([0.0, -0.5 / 2], abs=1e-6)
+    clamped, _ = losses.decoupled_ppo_loss(logp, logp_old, behav, adv, behav_cap=5.0)
+    assert clamped.item() == pytest.approx(-(5.0 + 0.5) / 2, abs=1e-6)
+
+
 def test_decoupled_ppo_clips_the_trust_region_around_the_proximal_policy():
     # u = exp(logp - logp_old) = 0.5 for A = -1: min(-0.5, -0.8) = -0.8, clipped, no gradient.
     logp = _leaf([math.log(0.5)])

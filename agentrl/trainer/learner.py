@@ -59,6 +59,7 @@ class LearnerConfig(BaseModel):
     tis_cap: float = Field(default=2.0, gt=0)  # TIS: cap C on exp(logp_old - logp_behav)
     # decoupled PPO: cap on the behaviour weight exp(logp_old - logp_behav); None = uncapped
     behav_cap: float | None = Field(default=5.0, gt=0)
+    behav_reject: bool = False  # decoupled PPO: drop tokens over behav_cap instead of clamping their weight
     gspo_eps: float = Field(default=3e-4, ge=0)
     gspo_eps_hi: float = Field(default=4e-4, ge=0)
     # beta of the k3 KL to the initial weights; 0 keeps no reference model (saves memory and a forward)
@@ -202,7 +203,15 @@ class Learner:
                     logp, old, behav, adv, w, eps_lo=c.clip_eps, eps_hi=c.clip_eps_hi, cap=c.tis_cap
                 )
             return losses.decoupled_ppo_loss(
-                logp, old, behav, adv, w, eps_lo=c.clip_eps, eps_hi=c.clip_eps_hi, behav_cap=c.behav_cap
+                logp,
+                old,
+                behav,
+                adv,
+                w,
+                eps_lo=c.clip_eps,
+                eps_hi=c.clip_eps_hi,
+                behav_cap=c.behav_cap,
+                reject=c.behav_reject,
             )
         if c.loss == "cispo":
             return losses.cispo_loss(logp, behav, adv, w, eps_hi=c.clip_eps_hi)

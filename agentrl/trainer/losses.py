@@ -113,26 +113,33 @@ def decoupled_ppo_loss(
     eps_lo: float = 0.2,
     eps_hi: float = 0.28,
     behav_cap: float | None = 5.0,
+    reject: bool = False,
 ) -> tuple[Tensor, Metrics]:
     """Decoupled PPO (Hilton et al. 2022; AReaL): the trust region is taken around the proximal
     policy, `u = exp(logp - logp_old)`, and the off-policyness of the behaviour policy is
     corrected by `w = sg(exp(logp_old - logp_behav))`:  w * min(u*A, clip(u, 1-eps, 1+eps_hi)*A).
 
-    `behav_cap` caps w (None = uncapped). The form is the same as TIS; the difference is intent
-    and defaults: the weight here corrects staleness (cap 5), TIS's corrects engine mismatch (cap 2).
+    `behav_cap` bounds w (None = unbounded): clamped to the cap, or with `reject=True` a token over
+    the cap gets weight 0 (AReaL's choice: a token the sampler found far less likely than the
+    trainer does is treated as unusable rather than down-weighted). Clamped, the form equals TIS;
+    the difference is intent and defaults: the weight here corrects staleness (cap 5), TIS's
+    corrects engine mismatch (cap 2).
     """
     weights = _uniform(logp) if weights is None else weights
-    behav_weight = torch.exp(logp_old - logp_behav)
+    behav_weight = torch.exp(logp_old - logp_behav).detach()
+    over_cap = torch.zeros_like(behav_weight, dtype=torch.bool)
     if behav_cap is not None:
-        behav_weight = behav_weight.clamp(max=behav_cap)
-    behav_weight = behav_weight.detach()
+        over_cap = behav_weight > behav_cap
+        capped = torch.zeros_like(behav_weight) if reject else torch.full_like(behav_weight, behav_cap)
+        behav_weight = torch.where(over_cap, capped, behav_weight)
     ratio = torch.exp(logp - logp_old)
     objective, was_clipped = _ppo_clip_objective(ratio, adv, eps_lo, eps_hi)
     loss = -(behav_weight * objective * weights).sum()
-    metrics = {"clip_frac": _wmean(was_clipped, weights), "is_weight_mean": _wmean(behav_weight, weights)}
-    if behav_cap is not None:
-        metrics["is_weight_capped_frac"] = _wmean(behav_weight >= behav_cap, weights)
-    return loss, metrics
+    return loss, {
+        "clip_frac": _wmean(was_clipped, weights),
+        "is_weight_mean": _wmean(behav_weight, weights),
+        "is_weight_capped_frac": _wmean(over_cap, weights),
+    }
 
 
 def cispo_loss(
