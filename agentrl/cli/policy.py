@@ -26,6 +26,33 @@ def model_init(
     typer.echo(f"wrote {size} model ({n / 1e6:.2f}M parameters) to {path}")
 
 
+
+
+def serve(
+    model_dir: Path = typer.Argument(..., help="A HF checkpoint directory (ours or a Llama/Qwen2 one)."),
+    port: int = typer.Option(8000, help="TCP port."),
+    host: str = typer.Option("127.0.0.1", help="Interface to bind (loopback by default)."),
+    device: str = typer.Option("cpu", help="cpu or cuda."),
+    max_batch: int = typer.Option(256, help="Most requests decoded together."),
+    max_queue: int = typer.Option(4096, help="Waiting requests beyond this get HTTP 429."),
+    threads: int = typer.Option(0, help="torch CPU threads (0: torch's default)."),
+) -> None:
+    """Serve a checkpoint with the embedded torch engine (OpenAI routes + token route)."""
+    import torch
+    import uvicorn
+
+    from agentrl.policy.engine import TorchEngine
+    from agentrl.policy.server import create_app
+    from agentrl.policy.tokenizer import ChatTokenizer
+
+    if threads:
+        torch.set_num_threads(threads)
+    engine = TorchEngine.from_pretrained(model_dir, device=device, max_batch=max_batch, max_queue=max_queue)
+    app = create_app(engine, ChatTokenizer(model_dir), model_dir.name)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the main app."""
     app.add_typer(model_app, name="model")
+    app.command("serve")(serve)

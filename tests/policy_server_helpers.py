@@ -1,0 +1,36 @@
+"""Run the real policy server (uvicorn) on a free loopback port inside a test's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+
+import uvicorn
+
+from agentrl.policy.server import create_app
+from agentrl.policy.tokenizer import ChatTokenizer
+from agentrl.policy.types import Engine
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.asynccontextmanager
+async def running_server(engine: Engine, tokenizer: ChatTokenizer, name: str = "tiny") -> AsyncIterator[str]:
+    port = free_port()
+    app = create_app(engine, tokenizer, name)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task

@@ -1,0 +1,104 @@
+"""The real HTTP policy server: OpenAI routes, the token route, weight updates, errors, backpressure."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+import torch
+
+from agentrl.policy.checkpoint import init_checkpoint
+from agentrl.policy.engine import TorchEngine
+from agentrl.policy.tokenizer import ChatTokenizer
+from tests.policy_server_helpers import running_server
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return init_checkpoint(tmp_path_factory.mktemp("tiny"), "tiny", vocab_size=1024)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(ckpt):
+    return ChatTokenizer(ckpt)
+
+
+async def test_openai_client_gets_a_chat_completion(ckpt, tokenizer):
+    import openai
+
+    async with running_server(TorchEngine.from_pretrained(ckpt), tokenizer) as url:
+        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none")
+        reply = await client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "Say hi."}],
+            max_tokens=8,
+            temperature=0,
+            logprobs=True,
+        )
+        choice = reply.choices[0]
+        assert choice.message.role == "assistant" and isinstance(choice.message.content, str)
+        assert choice.finish_reason in ("stop", "length") and reply.usage.completion_tokens >= 1
+        assert len(choice.logprobs.content) == reply.usage.completion_tokens
+        models = await client.models.list()
+        assert [m.id for m in models.data] == ["tiny"]
+        done = await client.completions.create(model="tiny", prompt="The answer is", max_tokens=5, logprobs=0)
+        assert len(done.choices[0].logprobs.token_logprobs) == done.usage.completion_tokens
+        await client.close()
+
+
+async def test_token_route_weights_health_and_metrics(ckpt, tokenizer, tmp_path):
+    engine = TorchEngine.from_pretrained(ckpt)
+    async with running_server(engine, tokenizer) as url, httpx.AsyncClient(base_url=url) as http:
+        body = {"prompt_token_ids": [5, 6, 7], "max_tokens": 4, "temperature": 0, "session_id": "s"}
+        out = (await http.post("/v1/generate", json=body)).json()
+        assert len(out["token_ids"]) == len(out["logprobs"]) == len(out["versions"]) >= 1
+        assert out["versions"] == [0] * len(out["token_ids"])
+
+        from safetensors.torch import save
+
+        state = {k: v + 0.01 for k, v in engine.model.state_dict().items() if k != "lm_head.weight"}
+        r = await http.post("/v1/weights/state_dict", content=save(state))
+        assert r.json() == {"version": 1}
+        r = await http.post("/v1/weights/load", json={"path": str(ckpt)})
+        assert r.json() == {"version": 2}
+        norm = engine.model.model.norm.weight  # back to the checkpoint's (all-ones) norm weights
+        torch.testing.assert_close(norm, torch.ones_like(norm))
+        out = (await http.post("/v1/generate", json=body)).json()
+        assert set(out["versions"]) == {2}
+
+        assert (await http.get("/health")).json()["version"] == 2
+        metrics = (await http.get("/metrics")).json()
+        assert metrics["version"] == 2 and metrics["requests"]["generate"] == 2
+        assert metrics["engine"]["weight_updates"] == 2 and "queue_depth" in metrics
+        assert (await http.delete("/v1/sessions/s")).status_code == 200
+
+
+async def test_bad_requests_get_4xx_with_a_message(ckpt, tokenizer):
+    async with running_server(TorchEngine.from_pretrained(ckpt), tokenizer) as url, httpx.AsyncClient(
+        base_url=url
+    ) as http:
+        r = await http.post("/v1/generate", content=b"{not json")
+        assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+        r = await http.post("/v1/generate", json={"prompt_token_ids": [1], "temperature": -1})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "temperature"
+        r = await http.post("/v1/chat/completions", json={"messages": [{"role": "robot", "content": "x"}]})
+        assert r.status_code == 400 and "messages.0.role" in r.json()["error"]["message"]
+        r = await http.post("/v1/generate", json={"prompt_token_ids": [10**7]})
+        assert r.status_code == 400 and "out of range" in r.json()["error"]["message"]
+        r = await http.post("/v1/weights/load", json={"path": "/nonexistent"})
+        assert r.status_code == 400
+        r = await http.post("/v1/weights/state_dict", content=b"garbage")
+        assert r.status_code == 400
+
+
+async def test_overload_gets_429(ckpt, tokenizer):
+    engine = TorchEngine.from_pretrained(ckpt, max_batch=1, max_queue=1)
+    async with running_server(engine, tokenizer) as url, httpx.AsyncClient(base_url=url) as http:
+        body = {"prompt_token_ids": [5, 6, 7], "max_tokens": 50, "temperature": 1.0, "stop_token_ids": []}
+        engine.eos_token_ids = frozenset()
+        responses = await asyncio.gather(*(http.post("/v1/generate", json=body) for _ in range(8)))
+        codes = [r.status_code for r in responses]
+        assert 200 in codes and 429 in codes
+        rejected = next(r for r in responses if r.status_code == 429)
+        assert "queue is full" in rejected.json()["error"]["message"]
