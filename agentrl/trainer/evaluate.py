@@ -37,6 +37,7 @@ class EvalReport:
 
 async def evaluate_server(
     url: str,
+    tokenizer_dir: str | Path,
     env_id: str,
     episodes: int,
     *,
@@ -52,7 +53,7 @@ async def evaluate_server(
     from agentrl.policy.types import SamplingParams
 
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
-    client = PolicyClient(url, sampling=params)
+    client = PolicyClient(url, tokenizer_dir, sampling=params)
     manager = EnvManager(
         env_id, client, group_size=1, max_concurrency=concurrency, max_turns=max_turns, env_kwargs=env_kwargs
     )
@@ -93,4 +94,4 @@ def evaluate_checkpoint(checkpoint: str | Path, env_id: str, episodes: int, **kw
     """Serve `checkpoint` in a child process for the length of the evaluation."""
     model_dir = resolve_checkpoint(checkpoint)
     with ServerProcess(model_dir) as server:
-        return asyncio.run(evaluate_server(server.url, env_id, episodes, **kwargs))
+        return asyncio.run(evaluate_server(server.url, model_dir, env_id, episodes, **kwargs))

@@ -147,7 +147,13 @@ async def push_weights(client: httpx.AsyncClient, base_url: str, state_dict: dic
     """POST the weights as a safetensors body; return the server's new version."""
     from safetensors.torch import save
 
-    body = await asyncio.to_thread(save, {k: v.contiguous() for k, v in state_dict.items()})
+    unique: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in state_dict.items():  # tied weights (lm_head = embeddings) go once
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            unique[name] = tensor.contiguous()
+    body = await asyncio.to_thread(save, unique)
     response = await client.post(
         f"{base_url}/v1/weights/state_dict",
         content=body,
@@ -234,7 +240,7 @@ class TrainingRun:
 
     async def _run_async(self, start_dir: Path, checkpoint: Path | None) -> TrainResult:
         config, paths = self.config, self.paths
-        tokenizer_dir = start_dir
+        tokenizer_dir = self.tokenizer_dir = start_dir
         model = CausalLM.from_pretrained(checkpoint or start_dir)
         tokenizer = ChatTokenizer(tokenizer_dir)
         learner = Learner(model, config.learner, pad_id=tokenizer.hf.pad_token_id or 0)
@@ -275,7 +281,7 @@ class TrainingRun:
         result: TrainResult,
     ) -> None:
         config, schedule = self.config, self.config.schedule
-        policy = make_client(url, config, temperature=config.sampling.temperature)
+        policy = make_client(url, tokenizer_dir, config, temperature=config.sampling.temperature)
         # A restarted server counts versions from 0 again; token versions and the buffer live in
         # the server's count, checkpoints and metrics in the learner's (which survives resumes).
         offset = learner.version - await _server_version(http, url)
@@ -367,6 +373,7 @@ class TrainingRun:
         config = self.config
         report = await evaluate_server(
             url,
+            self.tokenizer_dir,
             config.env.id,
             config.schedule.eval_episodes,
             seed_offset=config.schedule.eval_seed_offset,
@@ -417,7 +424,7 @@ async def _server_version(http: httpx.AsyncClient, url: str) -> int:
     return int(response.json()["version"])
 
 
-def make_client(url: str, config: TrainConfig, *, temperature: float) -> Any:
+def make_client(url: str, tokenizer_dir: Path, config: TrainConfig, *, temperature: float) -> Any:
     """A `PolicyClient` for the training or evaluation sampling settings."""
     from agentrl.policy.client import PolicyClient
     from agentrl.policy.types import SamplingParams
@@ -425,7 +432,7 @@ def make_client(url: str, config: TrainConfig, *, temperature: float) -> Any:
     params = SamplingParams(
         max_tokens=config.sampling.max_tokens, temperature=temperature, top_p=config.sampling.top_p
     )
-    return PolicyClient(url, sampling=params)
+    return PolicyClient(url, tokenizer_dir, sampling=params)
 
 
 class _SeedCounter(Iterator[int]):

@@ -9,7 +9,6 @@ training overlap on a 2-core machine. The traffic is real HTTP on loopback eithe
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -71,10 +70,8 @@ class ServerProcess:
             sys.executable, "-c", "from agentrl.cli import main; main()", "serve", str(self.model_dir),
             "--host", self.host, "--port", str(self.port), *self.extra_args,
         ]  # fmt: skip
-        env = dict(os.environ)
         if self.threads:
-            env["AGENTRL_TORCH_THREADS"] = str(self.threads)
-            env["OMP_NUM_THREADS"] = str(self.threads)
+            command += ["--threads", str(self.threads)]
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = self.log_path.open("ab")
@@ -82,7 +79,6 @@ class ServerProcess:
             command,
             stdout=self._log or subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
-            env=env,
             start_new_session=True,  # a Ctrl-C in the terminal reaches the trainer, which stops us
             preexec_fn=_die_with_parent,
         )
