@@ -119,3 +119,9 @@ def test_policy_url_without_the_client_module_is_a_clean_error(monkeypatch):
     result = runner.invoke(app, ["rollout", "clitest/Pick-v0", "--policy", "http://127.0.0.1:8000"])
     assert result.exit_code == 2
     assert "agentrl.policy.client" in result.output
+
+
+def test_policy_url_needs_the_served_models_tokenizer():
+    result = runner.invoke(app, ["rollout", "clitest/Pick-v0", "--policy", "http://127.0.0.1:8000"])
+    assert result.exit_code == 2
+    assert "--tokenizer MODEL_DIR" in result.output

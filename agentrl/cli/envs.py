@@ -30,6 +30,7 @@ from agentrl.errors import AgentRLError, UnknownEnvError
 from agentrl.manager import EnvManager
 from agentrl.policy.protocol import Policy
 from agentrl.policy.scripted import ExpertPolicy, RandomPolicy
+from agentrl.policy.types import SamplingParams
 from agentrl.trajectory import StopReason, Trajectory
 
 console = Console(soft_wrap=True)  # long PASS/FAIL lines stay whole when piped
@@ -169,19 +170,27 @@ async def _collect(manager: EnvManager, seeds: range) -> list[Trajectory]:
 # -- agentrl rollout ------------------------------------------------------------------------
 
 
-def _resolve_policy(name: str, seed: int) -> Policy:
+def _resolve_policy(
+    name: str, seed: int, tokenizer: str | None, max_tokens: int, temperature: float
+) -> Policy:
     if name == "random":
         return RandomPolicy(seed=seed)
     if name == "expert":
         return ExpertPolicy()
     if name.startswith(("http://", "https://")):
         try:
-            from agentrl.policy.client import PolicyClient  # type: ignore[import-not-found]
+            from agentrl.policy.client import PolicyClient
         except ImportError:
             raise _fail(
                 "serving policies from a URL needs agentrl.policy.client, which this install lacks"
             ) from None
-        return PolicyClient(name)  # type: ignore[no-any-return]
+        if tokenizer is None:
+            raise _fail("--policy URL needs --tokenizer MODEL_DIR (the directory of the served checkpoint)")
+        params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
+        try:
+            return PolicyClient(name, tokenizer, sampling=params)
+        except AgentRLError as exc:
+            raise _fail(str(exc)) from None
     raise _fail(f"--policy must be 'random', 'expert' or a policy server URL (http://...), got {name!r}")
 
 
@@ -199,10 +208,14 @@ def rollout(
     step_timeout: Annotated[float | None, typer.Option(help="Seconds allowed per env call.")] = None,
     episode_timeout: Annotated[float | None, typer.Option(help="Seconds allowed per episode.")] = None,
     env_arg: Annotated[list[str], typer.Option(help="Constructor argument KEY=VALUE (repeatable).")] = [],  # noqa: B006
+    tokenizer: Annotated[str | None, typer.Option(help="URL policies: the served model's directory.")] = None,
+    max_tokens: Annotated[int, typer.Option(help="URL policies: tokens sampled per turn.")] = 256,
+    temperature: Annotated[float, typer.Option(help="URL policies: sampling temperature.")] = 1.0,
 ) -> None:
     """Play episodes of an env with a policy and print success, reward and throughput."""
     kwargs = _parse_env_args(env_arg)
-    policy_fn = _resolve_policy(policy, seed)
+    _make(env_id, kwargs).close()  # a bad id or argument fails here, before a client connects
+    policy_fn = _resolve_policy(policy, seed, tokenizer, max_tokens, temperature)
     groups = math.ceil(episodes / group_size)
     width = group_size + redundancy
     try:
