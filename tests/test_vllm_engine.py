@@ -68,3 +68,35 @@ def test_vllm_engine_tokens_logprobs_and_weight_update(tmp_path):
             await engine.stop()
 
     asyncio.run(scenario())
+
+
+def test_vllm_behind_the_http_server(tmp_path):
+    """`agentrl serve --engine vllm`'s app: OpenAI chat route, token route and weight route."""
+    import httpx
+    import openai
+    from policy_server_helpers import running_server
+
+    from agentrl.policy.tokenizer import ChatTokenizer
+
+    checkpoint = init_checkpoint(tmp_path / "ckpt", size="tiny", seed=0)
+
+    async def scenario() -> None:
+        engine = VLLMEngine(checkpoint, dtype="float32", max_model_len=512, seed=0)
+        async with running_server(engine, ChatTokenizer(checkpoint)) as url:
+            client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused")
+            chat = await client.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=8, temperature=0
+            )
+            assert chat.choices[0].message.role == "assistant"
+            assert chat.usage is not None and 0 < chat.usage.completion_tokens <= 8
+            request = {"prompt_token_ids": PROMPT, "max_tokens": 6}
+            async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+                tokens = (await http.post("/v1/generate", json=request)).json()
+                assert len(tokens["token_ids"]) == len(tokens["logprobs"]) == len(tokens["versions"]) > 0
+                assert set(tokens["versions"]) == {0}
+                loaded = (await http.post("/v1/weights/load", json={"path": str(checkpoint)})).json()
+                assert loaded["version"] == 1
+                tokens = (await http.post("/v1/generate", json=request)).json()
+                assert set(tokens["versions"]) == {1}
+
+    asyncio.run(scenario())

