@@ -55,11 +55,11 @@ async def one_at_a_time(engine: TorchEngine, n: int, turns: int, params: Samplin
     return total / (time.perf_counter() - start)
 
 
-def transformers_generate(model_dir: Path, n: int, tokens: int) -> float:
+def transformers_generate(model_dir: Path, n: int, tokens: int, device: str) -> float:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
-    prompt = torch.randint(10, 500, (1, 40))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval().to(device)
+    prompt = torch.randint(10, 500, (1, 40), device=device)
     total, start = 0, time.perf_counter()
     with torch.inference_mode():
         for _ in range(n):
@@ -103,21 +103,22 @@ async def main() -> None:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64, 256])
     ap.add_argument("--histories", type=int, nargs="+", default=[64, 256, 512, 1024, 1792])
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (both engines run there)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model_dir = args.model or init_checkpoint(Path(tempfile.mkdtemp()) / args.size, args.size)
-    engine = TorchEngine.from_pretrained(model_dir)
+    engine = TorchEngine.from_pretrained(model_dir, device=args.device)
     engine.eos_token_ids = frozenset()  # fixed-length turns: every turn generates --tokens tokens
     await engine.start()
     params = SamplingParams(max_tokens=args.tokens, temperature=1.0)
     n_params = engine.model.num_parameters()
     print(
-        f"model {model_dir} ({n_params / 1e6:.1f}M params), torch threads {args.threads}, "
+        f"model {model_dir} ({n_params / 1e6:.1f}M params) on {args.device}, torch threads {args.threads}, "
         f"{args.turns} turns x {args.tokens} tokens per session"
     )
 
     await throughput(engine, 4, 1, params)  # warm-up
-    hf = transformers_generate(model_dir, 4, args.tokens)
+    hf = transformers_generate(model_dir, 4, args.tokens, args.device)
     seq = await one_at_a_time(engine, 4, args.turns, params)
     print(
         f"\nbaselines: one-at-a-time (this engine) {seq:8.1f} tok/s | transformers generate {hf:8.1f} tok/s"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 import torch
@@ -13,6 +14,8 @@ from agentrl.policy.model import CausalLM
 from agentrl.policy.types import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
+# The same checks run on a GPU with AGENTRL_TEST_DEVICE=cuda.
+DEVICE = os.environ.get("AGENTRL_TEST_DEVICE", "cpu")
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +25,7 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture
 async def engine(ckpt):
-    eng = TorchEngine.from_pretrained(ckpt)
+    eng = TorchEngine.from_pretrained(ckpt, device=DEVICE)
     eng.eos_token_ids = frozenset()  # random weights: do not let an early EOS shorten the checks
     await eng.start()
     yield eng
@@ -33,12 +36,12 @@ def reference_greedy(model: CausalLM, prompt: list[int], n: int) -> list[int]:
     ids = list(prompt)
     with torch.no_grad():
         for _ in range(n):
-            ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+            ids.append(int(model(torch.tensor([ids], device=DEVICE))[0, -1].argmax()))
     return ids[len(prompt) :]
 
 
 def full_logprobs(model: CausalLM, prompt: list[int], sampled: list[int]) -> list[float]:
-    ids = torch.tensor([prompt + sampled])
+    ids = torch.tensor([prompt + sampled], device=DEVICE)
     with torch.no_grad():
         logp = torch.log_softmax(model(ids)[0].float(), -1)
     return [float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(sampled)]
@@ -75,7 +78,7 @@ async def test_seeded_sampling_does_not_depend_on_the_batch(engine):
 
 async def test_top_p_logprobs_are_renormalised_over_the_nucleus(engine):
     r = await engine.generate(PROMPTS[1], SamplingParams(max_tokens=6, temperature=0.7, top_p=0.5, seed=1))
-    ids = torch.tensor([PROMPTS[1] + r.token_ids])
+    ids = torch.tensor([PROMPTS[1] + r.token_ids], device=DEVICE)
     with torch.no_grad():
         logits = engine.model(ids)[0, len(PROMPTS[1]) - 1 : -1] / 0.7
     for i, (tok, lp) in enumerate(zip(r.token_ids, r.logprobs, strict=True)):  # tempered, then nucleus
@@ -103,9 +106,9 @@ async def test_session_reuses_the_prefix_and_gives_the_same_tokens(engine):
 
 async def test_weight_update_mid_stream_switches_versions_and_weights(engine, ckpt):
     new_state = {k: v.clone() + 0.05 * torch.randn_like(v) for k, v in engine.model.state_dict().items()}
-    new_model = CausalLM.from_pretrained(ckpt)
+    new_model = CausalLM.from_pretrained(ckpt, device=DEVICE)
     new_model.load_state_dict(new_state)
-    old_model = CausalLM.from_pretrained(ckpt)
+    old_model = CausalLM.from_pretrained(ckpt, device=DEVICE)
     prompt = PROMPTS[1]
     task = asyncio.create_task(engine.generate(prompt, SamplingParams(max_tokens=200, temperature=0.0)))
     while engine.stats.generated_tokens < 5:
