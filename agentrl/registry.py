@@ -61,7 +61,9 @@ def register(
 ) -> EnvSpec:
     """Register `id`. Registering an existing id raises unless `override=True`."""
     if not _ID_PATTERN.match(id):
-        raise RegistrationError(f"Invalid env id {id!r}: expected 'namespace/Name-vN' (e.g. 'games/Sokoban-v0')")
+        raise RegistrationError(
+            f"Invalid env id {id!r}: expected 'namespace/Name-vN' (e.g. 'games/Sokoban-v0')"
+        )
     if id in _registry and not override:
         raise RegistrationError(f"Env id {id!r} is already registered; pass override=True to replace it")
     spec = EnvSpec(id=id, entry_point=entry_point, kwargs=dict(default_kwargs), description=description)
