@@ -87,7 +87,7 @@ class RunnerSandbox(Sandbox):
         collect: list[str] | None = None,
         env: dict[str, str] | None = None,
     ) -> ExecResult:
-        if not command or not all(isinstance(part, str) for part in command):
+        if not isinstance(command, list) or not command or not all(isinstance(p, str) for p in command):
             raise SandboxError(f"command must be a non-empty list of strings, got {command!r}")
         if timeout <= 0 or max_output_bytes <= 0:
             raise SandboxError(

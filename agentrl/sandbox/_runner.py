@@ -159,12 +159,21 @@ def op_run(req):
         proc.stdin.close()
     deadline = start + timeout
     timed_out = truncated = False
+    exited = False
     while sel.get_map() and not truncated:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             timed_out = True
             break
-        for key, _ in sel.select(remaining):
+        # The run ends when the program exits, even if a background child still holds its pipes
+        # open: poll for exit between reads, then drain only what is already buffered.
+        events = sel.select(0 if exited else min(remaining, 0.05))
+        if not events:
+            if exited:
+                break
+            exited = proc.poll() is not None
+            continue
+        for key, _ in events:
             fd = key.fd
             if fd == stdin_fd:
                 try:
@@ -264,6 +273,9 @@ OPS = {
 
 def main():
     make_non_dumpable()
+    # Python's own SIGINT handler would make SIGINT deliverable to PID 1; with SIG_DFL the kernel
+    # drops every signal a sandboxed program sends to its init.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     out = sys.stdout.buffer
     for line in sys.stdin.buffer:
         try:

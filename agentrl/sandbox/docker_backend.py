@@ -22,7 +22,7 @@ import struct
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from agentrl.errors import SandboxError
 from agentrl.sandbox._client import RUNNER_SOURCE, Channel, RunnerSandbox
@@ -30,7 +30,6 @@ from agentrl.sandbox.config import SandboxConfig
 from agentrl.sandbox.pool import Backend
 
 LABEL = "agentrl.sandbox"
-T = TypeVar("T")
 
 
 def _start_time(pid: int) -> str:
