@@ -153,6 +153,17 @@ def test_save_and_load_continue_exactly(tmp_path):
         assert torch.equal(a, b)  # the KL reference (initial weights) survives the restart too
 
 
+def test_warmup_ramps_the_learning_rate_linearly_and_survives_a_restart(tmp_path):
+    config = LearnerConfig(lr=1e-3, warmup_steps=4)
+    learner = Learner(tiny_model(seed=1), config)
+    lrs = [learner.train_step(multi_turn_groups(seed))["lr"] for seed in range(3)]
+    assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4])
+    learner.save(tmp_path / "ckpt")
+    restored = Learner(tiny_model(seed=1), config)
+    restored.load(tmp_path / "ckpt")
+    assert [restored.train_step(multi_turn_groups(s))["lr"] for s in (3, 4)] == pytest.approx([1e-3, 1e-3])
+
+
 def test_proximal_log_probs_are_recomputed_once_for_several_minibatches():
     torch.manual_seed(0)
     model = tiny_model()

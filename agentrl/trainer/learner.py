@@ -66,6 +66,10 @@ class LearnerConfig(BaseModel):
     kl_coef: float = Field(default=0.0, ge=0)
     entropy_coef: float = Field(default=0.0, ge=0)
     lr: float = Field(default=3e-4, gt=0)
+    # Linear lr warmup over the first N train steps. Adam's first updates move every weight by about
+    # `lr` whatever the gradient's size, so a fresh optimizer on noisy RL gradients can wreck a
+    # warm-started policy in a few steps; ramping the lr lets the moment estimates settle first.
+    warmup_steps: int = Field(default=0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
     weight_decay: float = Field(default=0.0, ge=0)
     max_grad_norm: float | None = Field(default=1.0, gt=0)  # None = no clipping
@@ -112,6 +116,8 @@ class Learner:
                 "train_step got no trajectory with sampled tokens; the buffer should drop such groups"
             )
         self.model.train()
+        for param_group in self.optimizer.param_groups:
+            param_group["lr"] = self.current_lr()
         if c.minibatches > 1 and c.loss in losses.LOSSES_NEEDING_PROXIMAL:
             self._compute_proximal(samples)
         chunks = [samples[i :: c.minibatches] for i in range(min(c.minibatches, len(samples)))]
@@ -153,7 +159,15 @@ class Learner:
             "train_seconds": seconds,
             "train_tokens_per_s": sum(len(s.token_ids) for s in samples) / max(seconds, 1e-9),
             "version": float(self.version),
+            "lr": self.optimizer.param_groups[0]["lr"],
         }
+
+    def current_lr(self) -> float:
+        """The learning rate of the next train step (`self.step` steps done so far)."""
+        c = self.config
+        if c.warmup_steps == 0:
+            return c.lr
+        return c.lr * min(1.0, (self.step + 1) / c.warmup_steps)
 
     def _accumulate(self, batch: MicroBatch) -> dict[str, float]:
         """Forward, loss and backward of one micro-batch; returns its (weighted) metric shares."""
