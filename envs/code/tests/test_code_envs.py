@@ -8,6 +8,7 @@ import pytest
 from agentrl_code.env import CodeEnv, SingleTurnCodeEnv, ToolCodeEnv
 from agentrl_code.pools import shared_pool_refs
 from agentrl_code.tasks import builtin_tasks
+from code_suite_helpers import require_docker
 from gymnasium.utils.env_checker import check_env
 
 import agentrl
@@ -208,3 +209,33 @@ def test_stepping_a_finished_episode_is_an_error():
     with pytest.raises(agentrl.AgentRLError, match="call reset"):
         env.step("no code")
     env.close()
+
+
+@pytest.mark.docker
+async def test_all_three_envs_on_the_docker_backend():
+    """The envs as a user runs them with Docker: feedback, a hostile submission, the tool, a fix."""
+    require_docker()
+    multi = CodeEnv(backend="docker", max_turns=3, pool_size=2)
+    await multi.areset(options={"task_id": "count_vowels"})
+    observation, reward1, terminated, _, info = await multi.astep(WRONG)
+    assert not terminated and 0.0 < reward1 < 1.0 and "got 0, expected 3" in observation
+    _, reward2, terminated, _, info = await multi.astep(multi.expert_action())
+    assert terminated and info["success"] and reward1 + reward2 == pytest.approx(1.0)
+
+    single = SingleTurnCodeEnv(backend="docker", per_test_timeout=0.5)
+    await single.areset(options={"task_id": "count_vowels"})
+    loop = "```python\ndef count_vowels(s):\n    while True:\n        pass\n```"
+    observation, reward, terminated, _, info = await single.astep(loop)
+    assert terminated and reward == 0.0 and "timed out" in observation
+
+    tool = ToolCodeEnv(backend="docker", max_tool_calls=1)
+    await tool.areset(options={"task_id": "digit_sum"})
+    resolve = "<python>import socket; socket.getaddrinfo('x.org', 80)</python>"
+    observation, _, _, _, info = await tool.astep(resolve)
+    assert info["tool_call"] and "exit code: 1" in observation  # no network in the sandbox
+    _, reward, terminated, _, info = await tool.astep(tool.expert_action())
+    assert terminated and reward == 1.0 and info["success"]
+
+    assert shared_pool_refs("docker") == 3  # one Docker pool for the three envs
+    await asyncio.gather(multi.aclose(), single.aclose(), tool.aclose())
+    assert shared_pool_refs("docker") == 0
