@@ -7,10 +7,12 @@ Runs the same config three times from the same warm-started model (built once an
 Each run does the same number of optimizer steps on the same number of groups per step.
 
 - "time to target": the first wall-clock second at which the moving average (over 5 steps) of
-  the training-batch success rate reaches the target, which is 90% of the lowest final moving
-  average among the three runs (so every run reaches it). Wall-clock is training time only
-  (server start, warm start and evaluations excluded, and identical across modes anyway).
-- "final success": greedy success on the held-out evaluation seeds after the last step.
+  the training-batch success rate reaches the target: the common starting level plus 80% of the
+  smallest gain any run made by its end (so every run reaches it, and reaching it means having
+  learned, not starting there). Wall-clock is training time only (server start, warm start and
+  evaluations excluded, and identical across modes anyway).
+- "final success": success on the held-out evaluation seeds after the last step, with the
+  config's evaluation sampling (`sampling.eval_temperature`).
 
 Printed side by side, with each async mode as a ratio to sync.
 """
@@ -61,6 +63,7 @@ def main() -> None:
             "buffer.max_staleness": staleness,
             "model.path": str(start_dir),
             "sft.episodes": 0,
+            "schedule.eval_every": 0,  # evaluate only before and after, outside the timed steps
         }
         if args.steps:
             overrides["schedule.steps"] = args.steps
@@ -75,8 +78,9 @@ def main() -> None:
             flush=True,
         )
 
-    target = 0.9 * min(curve[-1][1] for _, curve in results.values())
-    print(f"\ntarget: moving-average training success >= {target:.1%}")
+    start = min(curve[0][1] for _, curve in results.values())
+    target = start + 0.8 * min(curve[-1][1] - start for _, curve in results.values())
+    print(f"\ntarget: moving-average training success >= {target:.1%} (start {start:.1%})")
     print(
         f"{'mode':<9} {'steps':>5} {'wall s':>7} {'to target s':>11} {'speedup':>8} "
         f"{'final':>7} {'vs sync':>8}"

@@ -310,15 +310,16 @@ class TrainingRun:
             async for group in manager.stream(buffer.admitted(seeds)):
                 await buffer.put(group)
 
+        if state["step"] == 0 and schedule.eval_episodes > 0:
+            success = await self._evaluate(url, learner.version, writer, 0, 0.0)
+            result.warm_start_success = success
+        # Wall-clock counts from the first rollout (the warm-start evaluation is not training).
         wall_offset = float(state["wall_time"])
         started = time.perf_counter()
 
         def wall() -> float:
             return wall_offset + time.perf_counter() - started
 
-        if state["step"] == 0 and schedule.eval_episodes > 0:
-            success = await self._evaluate(url, learner.version, writer, 0, wall())
-            result.warm_start_success = success
         producer = asyncio.create_task(produce())
         step = state["step"]
         try:
