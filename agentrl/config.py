@@ -92,6 +92,9 @@ class ServerConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535)  # 0 = pick a free port
     startup_timeout: float = Field(180.0, gt=0)
+    # CPU threads of the server's torch; None = all cores in sync mode, half of them in async mode
+    # (the trainer takes the rest), so overlapping rollout and training do not oversubscribe.
+    threads: int | None = Field(None, ge=1)
 
 
 class TrainConfig(_Section):
@@ -126,6 +129,18 @@ class TrainConfig(_Section):
     def effective_max_staleness(self) -> int:
         """Sync mode is the async loop with no overlap allowed."""
         return 0 if self.mode == "sync" else self.buffer.max_staleness
+
+    def cpu_threads(self, cores: int) -> tuple[int, int]:
+        """(server, trainer) torch CPU threads on a machine with `cores` usable cores.
+
+        Sync mode alternates generation and training, so each may use every core. Async mode runs
+        them at once: with both at `cores` threads they oversubscribe the CPU and each slows the
+        other, which on a small machine cancels the overlap, so the cores are split instead.
+        """
+        if self.effective_max_staleness == 0:
+            return self.server.threads or cores, cores
+        server = self.server.threads or max(1, cores // 2)
+        return server, max(1, cores - server)
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:

@@ -60,3 +60,13 @@ def test_sync_mode_means_zero_staleness() -> None:
 @pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_examples_are_valid(example: Path) -> None:
     load_config(example)
+
+
+def test_async_mode_splits_the_cores_between_server_and_trainer() -> None:
+    sync = load_config(None, {"mode": "sync"})
+    assert sync.cpu_threads(8) == (8, 8)  # they alternate: each may use every core
+    overlapped = load_config(None, {"mode": "async", "buffer.max_staleness": 1})
+    assert overlapped.cpu_threads(8) == (4, 4)
+    assert overlapped.cpu_threads(1) == (1, 1)
+    pinned = load_config(None, {"mode": "async", "server.threads": 3})
+    assert pinned.cpu_threads(8) == (3, 5)

@@ -20,6 +20,7 @@ model saw) and re-tokenizing the conversation would differ: that is the drift th
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,8 @@ from agentrl.policy.tokenizer import ChatTokenizer
 from agentrl.policy.types import SamplingParams
 
 RETRY_STATUS = {429, 502, 503, 504}
+END_EPISODE_TIMEOUT = 2.0  # seconds for the best-effort session DELETE
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -148,9 +151,20 @@ class PolicyClient:
         )
 
     async def end_episode(self, episode_id: str) -> None:
-        """Forget the episode here and its kept KV prefix on the server."""
-        if self._episodes.pop(episode_id, None) is not None:
-            await self.request("DELETE", f"/v1/sessions/{episode_id}")
+        """Forget the episode here and, best effort, its kept KV prefix on the server.
+
+        Best effort because the server's session store is LRU-bounded: a DELETE that cannot be
+        sent (server gone, or the connection pool still tearing down the requests of episodes
+        cancelled at shutdown) costs cache space there until eviction, never correctness. So it
+        gets one short try instead of the retries and the long timeout of generation requests.
+        """
+        if self._episodes.pop(episode_id, None) is None:
+            return
+        try:
+            async with asyncio.timeout(END_EPISODE_TIMEOUT):
+                await self.http.delete(f"/v1/sessions/{episode_id}")
+        except (httpx.HTTPError, TimeoutError) as exc:
+            logger.debug("session %s not deleted on the server: %r", episode_id, exc)
 
     def episode_tokens(self, episode_id: str) -> list[int]:
         """Every token of the episode so far, in order (prompts and samples)."""

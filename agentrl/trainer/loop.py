@@ -251,11 +251,14 @@ class TrainingRun:
             truncate_after(paths.root / "metrics.jsonl", state["step"])
             self._log(f"resumed from {checkpoint.name}: step {state['step']}, version {learner.version}")
         serve_dir = checkpoint or start_dir
+        server_threads, trainer_threads = config.cpu_threads(len(os.sched_getaffinity(0)))
+        torch.set_num_threads(trainer_threads)
         server = ServerProcess(
             serve_dir,
             host=config.server.host,
             port=config.server.port,
             log_path=paths.root / "server.log",
+            threads=server_threads,
             startup_timeout=config.server.startup_timeout,
         )
         writer = MetricsWriter(paths.root)
