@@ -68,8 +68,8 @@ async def test_episode_tokens_are_exactly_what_was_sent_and_sampled(ckpt, tokeni
             )
             assert nxt.prompt_token_ids[: len(expected_head)] == expected_head
         await client.end_episode("ep-1")
+        await client.aclose()  # waits for the background session DELETE
         assert engine.kept_sessions == 0
-        await client.aclose()
 
 
 def test_boundary_equals_apply_chat_template_for_canonical_eos_terminated_turns(tokenizer):

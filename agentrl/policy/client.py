@@ -65,6 +65,7 @@ class PolicyClient:
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         self.http = httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits)
         self._episodes: dict[str, _Episode] = {}
+        self._pending_deletes: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> PolicyClient:
         return self
@@ -73,6 +74,12 @@ class PolicyClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        pending = set(self._pending_deletes)
+        if pending:
+            await asyncio.wait(pending, timeout=END_EPISODE_TIMEOUT)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
         await self.http.aclose()
 
     # ---- HTTP with retries ---------------------------------------------------------------------
@@ -151,15 +158,20 @@ class PolicyClient:
         )
 
     async def end_episode(self, episode_id: str) -> None:
-        """Forget the episode here and, best effort, its kept KV prefix on the server.
+        """Forget the episode here, and free its kept KV prefix on the server in the background.
 
-        Best effort because the server's session store is LRU-bounded: a DELETE that cannot be
-        sent (server gone, or the connection pool still tearing down the requests of episodes
-        cancelled at shutdown) costs cache space there until eviction, never correctness. So it
-        gets one short try instead of the retries and the long timeout of generation requests.
+        The DELETE is best effort and not awaited by the episode: the server's session store is
+        LRU-bounded, so a DELETE that cannot be sent (server gone, or a shutdown that just
+        cancelled hundreds of in-flight requests) costs cache space there until eviction, never
+        correctness, and must not hold up the episode's cleanup. `aclose` waits for pending ones.
         """
         if self._episodes.pop(episode_id, None) is None:
             return
+        task = asyncio.create_task(self._delete_session(episode_id))
+        self._pending_deletes.add(task)
+        task.add_done_callback(self._pending_deletes.discard)
+
+    async def _delete_session(self, episode_id: str) -> None:
         try:
             async with asyncio.timeout(END_EPISODE_TIMEOUT):
                 await self.http.delete(f"/v1/sessions/{episode_id}")
