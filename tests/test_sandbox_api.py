@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import socket
 from collections.abc import AsyncIterator
 
@@ -13,17 +12,10 @@ import pytest_asyncio
 
 from agentrl.errors import ConfigError, SandboxError
 from agentrl.sandbox import WarmPool, create_pool
-from agentrl.sandbox.docker_backend import LABEL, DockerBackend, engine_available
+from agentrl.sandbox.docker_backend import LABEL, DockerBackend
+from tests.sandbox_helpers import require_backend
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-
-def require_backend(backend: str) -> None:
-    """Skip Docker cases only where no engine runs and CI did not ask for Docker."""
-    if backend == "docker" and not engine_available():
-        if os.environ.get("AGENTRL_REQUIRE_DOCKER"):
-            pytest.fail("AGENTRL_REQUIRE_DOCKER is set but no Docker engine answers")
-        pytest.skip("no Docker engine (set AGENTRL_REQUIRE_DOCKER=1 to make this a failure)")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=["process", "docker"])

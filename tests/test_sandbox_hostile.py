@@ -10,7 +10,6 @@ sandbox that hit no limit must be reused, which shows its runner survived the at
 from __future__ import annotations
 
 import asyncio
-import os
 import textwrap
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -20,21 +19,14 @@ import pytest
 import pytest_asyncio
 
 from agentrl.sandbox import ExecResult, Sandbox, WarmPool, create_pool
-from agentrl.sandbox.docker_backend import LABEL, DockerBackend, DockerSandbox, engine_available
+from agentrl.sandbox.docker_backend import LABEL, DockerBackend, DockerSandbox
 from agentrl.sandbox.process_backend import ProcessSandbox
+from tests.sandbox_helpers import require_backend
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 REPO = Path(__file__).resolve().parents[1]
 HOST_SECRET = Path("/tmp/agentrl-hostile-secret.txt")  # world-readable on the host, on purpose
-
-
-def require_backend(backend: str) -> None:
-    """Skip Docker cases only where no engine runs and CI did not ask for Docker."""
-    if backend == "docker" and not engine_available():
-        if os.environ.get("AGENTRL_REQUIRE_DOCKER"):
-            pytest.fail("AGENTRL_REQUIRE_DOCKER is set but no Docker engine answers")
-        pytest.skip("no Docker engine (set AGENTRL_REQUIRE_DOCKER=1 to make this a failure)")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=["process", "docker"])
