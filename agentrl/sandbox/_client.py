@@ -76,6 +76,15 @@ class RunnerSandbox(Sandbox):
     async def ping(self) -> None:
         await self._request({"op": "ping"}, timeout=30.0)
 
+    async def check_started(self) -> None:
+        """Ping a freshly started runner; destroy the sandbox (and re-raise) if it does not answer,
+        so a failed start leaves no container or process behind."""
+        try:
+            await self.ping()
+        except SandboxError:
+            await self.destroy()
+            raise
+
     async def run(
         self,
         command: list[str],

@@ -233,11 +233,7 @@ class DockerBackend(Backend):
         container, raw = await self.call(self._create_blocking)
         reader, writer = await asyncio.open_connection(sock=raw, limit=1 << 30)
         sandbox = DockerSandbox(container.name, DockerChannel(reader, writer), container, self)
-        try:
-            await sandbox.ping()
-        except SandboxError:
-            await sandbox.destroy()
-            raise
+        await sandbox.check_started()
         return sandbox
 
     async def shutdown(self) -> None:

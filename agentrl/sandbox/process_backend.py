@@ -202,9 +202,5 @@ class ProcessBackend(Backend):
                 limit=1 << 30,  # one reply line carries a whole run's output, base64-encoded
             )
         sandbox = ProcessSandbox(name, PipeChannel(proc), host_dir)
-        try:
-            await sandbox.ping()
-        except SandboxError:
-            await sandbox.destroy()
-            raise
+        await sandbox.check_started()
         return sandbox
