@@ -6,23 +6,11 @@ import itertools
 
 import pytest
 
-from agentrl.policy.checkpoint import init_checkpoint
 from agentrl.policy.client import PolicyClient, _Episode
 from agentrl.policy.engine import TorchEngine
 from agentrl.policy.protocol import PolicyInput
-from agentrl.policy.tokenizer import ChatTokenizer
 from agentrl.policy.types import SamplingParams
 from tests.policy_server_helpers import running_server
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return init_checkpoint(tmp_path_factory.mktemp("tiny"), "tiny", vocab_size=1024)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(ckpt):
-    return ChatTokenizer(ckpt)
 
 
 class RecordingEngine(TorchEngine):

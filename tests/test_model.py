@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import torch
 
-from agentrl.policy.checkpoint import init_checkpoint
 from agentrl.policy.model import CausalLM
 from agentrl.policy.tokenizer import ChatTokenizer
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return init_checkpoint(tmp_path_factory.mktemp("tiny"), "tiny", vocab_size=1024)
 
 
 def test_checkpoint_directory_has_the_hf_files(ckpt):

@@ -5,23 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-import pytest
 import torch
 
-from agentrl.policy.checkpoint import init_checkpoint
 from agentrl.policy.engine import TorchEngine
-from agentrl.policy.tokenizer import ChatTokenizer
 from tests.policy_server_helpers import running_server
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return init_checkpoint(tmp_path_factory.mktemp("tiny"), "tiny", vocab_size=1024)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(ckpt):
-    return ChatTokenizer(ckpt)
 
 
 async def test_openai_client_gets_a_chat_completion(ckpt, tokenizer):
