@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator
+from typing import Any
 
 import uvicorn
 
@@ -22,8 +23,14 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def running_server(engine: Engine, tokenizer: ChatTokenizer, name: str = "tiny") -> AsyncIterator[str]:
+    async with serve_app(create_app(engine, tokenizer, name)) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def serve_app(app: Any) -> AsyncIterator[str]:
+    """Serve an ASGI app with uvicorn on a free loopback port; yield its base URL."""
     port = free_port()
-    app = create_app(engine, tokenizer, name)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

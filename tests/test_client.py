@@ -56,7 +56,7 @@ async def test_episode_tokens_are_exactly_what_was_sent_and_sampled(ckpt, tokeni
             )
             assert nxt.prompt_token_ids[: len(expected_head)] == expected_head
         await client.end_episode("ep-1")
-        await client.aclose()  # waits for the background session DELETE
+        await client.aclose()  # waits for the background session release
         assert engine.kept_sessions == 0
 
 

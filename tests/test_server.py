@@ -58,7 +58,14 @@ async def test_token_route_weights_health_and_metrics(ckpt, tokenizer, tmp_path)
         metrics = (await http.get("/metrics")).json()
         assert metrics["version"] == 2 and metrics["requests"]["generate"] == 2
         assert metrics["engine"]["weight_updates"] == 2 and "queue_depth" in metrics
+        await http.post("/v1/generate", json=body | {"session_id": "t"})
+        assert engine.kept_sessions == 2  # the KV prefixes of sessions s and t
         assert (await http.delete("/v1/sessions/s")).status_code == 200
+        assert engine.kept_sessions == 1
+        r = await http.post("/v1/sessions/release", json={"session_ids": ["t", "never-seen"]})
+        assert r.status_code == 200 and engine.kept_sessions == 0
+        r = await http.post("/v1/sessions/release", json={"session_ids": "t"})
+        assert r.status_code == 400 and "session_ids" in r.json()["error"]["message"]
 
 
 async def test_bad_requests_get_4xx_with_a_message(ckpt, tokenizer):

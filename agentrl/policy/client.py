@@ -29,12 +29,14 @@ from typing import Any
 import httpx
 
 from agentrl.errors import PolicyError
+from agentrl.policy.http_pool import ShardedAsyncClient
 from agentrl.policy.protocol import PolicyInput, PolicyOutput
 from agentrl.policy.tokenizer import ChatTokenizer
 from agentrl.policy.types import SamplingParams
 
 RETRY_STATUS = {429, 502, 503, 504}
-END_EPISODE_TIMEOUT = 2.0  # seconds for the best-effort session DELETE
+RELEASE_TIMEOUT = 2.0  # seconds for a best-effort session release
+RELEASE_DELAY = 0.05  # seconds to gather ended episodes into one release (a group ends together)
 logger = logging.getLogger(__name__)
 
 
@@ -62,10 +64,10 @@ class PolicyClient:
         self.tokenizer = tokenizer if isinstance(tokenizer, ChatTokenizer) else ChatTokenizer(tokenizer)
         self.sampling = sampling or SamplingParams()
         self.max_retries, self.backoff = max_retries, backoff
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self.http = httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits)
+        self.http = ShardedAsyncClient(base_url, timeout=timeout, max_connections=max_connections)
         self._episodes: dict[str, _Episode] = {}
-        self._pending_deletes: set[asyncio.Task[None]] = set()
+        self._ended: list[str] = []  # episodes whose server sessions are not released yet
+        self._releaser: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> PolicyClient:
         return self
@@ -74,12 +76,10 @@ class PolicyClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        pending = set(self._pending_deletes)
-        if pending:
-            await asyncio.wait(pending, timeout=END_EPISODE_TIMEOUT)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        if self._releaser is not None:
+            await asyncio.wait({self._releaser}, timeout=RELEASE_DELAY + RELEASE_TIMEOUT)
+            self._releaser.cancel()
+            await asyncio.gather(self._releaser, return_exceptions=True)
         await self.http.aclose()
 
     # ---- HTTP with retries ---------------------------------------------------------------------
@@ -158,25 +158,30 @@ class PolicyClient:
         )
 
     async def end_episode(self, episode_id: str) -> None:
-        """Forget the episode here, and free its kept KV prefix on the server in the background.
+        """Forget the episode here, and release its kept KV prefix on the server in the background.
 
-        The DELETE is best effort and not awaited by the episode: the server's session store is
-        LRU-bounded, so a DELETE that cannot be sent (server gone, or a shutdown that just
+        Releases are batched: the episodes that end within `RELEASE_DELAY` of each other (a group
+        ends together) go in one request, so ending an episode costs no request of its own. They
+        are best effort and never awaited by the episode: the server's session store is
+        LRU-bounded, so a release that cannot be sent (server gone, or a shutdown that just
         cancelled hundreds of in-flight requests) costs cache space there until eviction, never
-        correctness, and must not hold up the episode's cleanup. `aclose` waits for pending ones.
+        correctness. `aclose` waits for the last one.
         """
         if self._episodes.pop(episode_id, None) is None:
             return
-        task = asyncio.create_task(self._delete_session(episode_id))
-        self._pending_deletes.add(task)
-        task.add_done_callback(self._pending_deletes.discard)
+        self._ended.append(episode_id)
+        if self._releaser is None or self._releaser.done():
+            self._releaser = asyncio.create_task(self._release_sessions())
 
-    async def _delete_session(self, episode_id: str) -> None:
-        try:
-            async with asyncio.timeout(END_EPISODE_TIMEOUT):
-                await self.http.delete(f"/v1/sessions/{episode_id}")
-        except (httpx.HTTPError, TimeoutError) as exc:
-            logger.debug("session %s not deleted on the server: %r", episode_id, exc)
+    async def _release_sessions(self) -> None:
+        while self._ended:
+            await asyncio.sleep(RELEASE_DELAY)
+            ids, self._ended = self._ended, []
+            try:
+                async with asyncio.timeout(RELEASE_TIMEOUT):
+                    await self.http.post("/v1/sessions/release", json={"session_ids": ids})
+            except (httpx.HTTPError, TimeoutError) as exc:
+                logger.debug("%d sessions not released on the server: %r", len(ids), exc)
 
     def episode_tokens(self, episode_id: str) -> list[int]:
         """Every token of the episode so far, in order (prompts and samples)."""

@@ -9,6 +9,7 @@ Routes
   POST /v1/generate            token route: prompt_token_ids (+ session_id) -> token_ids, logprobs,
                                versions, finish_reason (what the training client uses)
   DELETE /v1/sessions/{id}     forget a session's kept KV prefix (episode over)
+  POST /v1/sessions/release    {"session_ids": [...]}: the same for many sessions in one request
   POST /v1/weights/load        {"path": checkpoint dir} -> {"version": new}
   POST /v1/weights/state_dict  body = safetensors bytes -> {"version": new}
 
@@ -98,6 +99,10 @@ class CompletionBody(_Sampling):
 
 class WeightsPathBody(BaseModel):
     path: str
+
+
+class ReleaseBody(BaseModel):
+    session_ids: list[str]
 
 
 # ---- the app ----------------------------------------------------------------------------------
@@ -198,10 +203,22 @@ def create_app(
             return result
         return JSONResponse(asdict(result) | {"version": engine.version})
 
-    async def end_session(request: Request) -> JSONResponse:
-        drop = getattr(engine, "drop_session", None)
+    def drop_sessions(session_ids: list[str]) -> None:
+        drop = getattr(engine, "drop_session", None)  # engines without a session store ignore it
         if drop is not None:
-            drop(request.path_params["session_id"])
+            for session_id in session_ids:
+                drop(session_id)
+
+    async def end_session(request: Request) -> JSONResponse:
+        drop_sessions([request.path_params["session_id"]])
+        return JSONResponse({"ok": True})
+
+    async def release_sessions(request: Request) -> JSONResponse:
+        body = await parse(request, ReleaseBody)
+        if isinstance(body, JSONResponse):
+            return body
+        assert isinstance(body, ReleaseBody)
+        drop_sessions(body.session_ids)
         return JSONResponse({"ok": True})
 
     def usage(result: GenerationResult) -> dict[str, int]:
@@ -327,6 +344,7 @@ def create_app(
         ("/metrics", metrics_route, ["GET"]),
         ("/v1/models", models, ["GET"]),
         ("/v1/generate", generate, ["POST"]),
+        ("/v1/sessions/release", release_sessions, ["POST"]),
         ("/v1/sessions/{session_id}", end_session, ["DELETE"]),
         ("/v1/chat/completions", chat, ["POST"]),
         ("/v1/completions", completions, ["POST"]),
