@@ -62,11 +62,11 @@ def test_shipped_examples_are_valid(example: Path) -> None:
     load_config(example)
 
 
-def test_async_mode_splits_the_cores_between_server_and_trainer() -> None:
-    sync = load_config(None, {"mode": "sync"})
-    assert sync.cpu_threads(8) == (8, 8)  # they alternate: each may use every core
-    overlapped = load_config(None, {"mode": "async", "buffer.max_staleness": 1})
-    assert overlapped.cpu_threads(8) == (4, 4)
-    assert overlapped.cpu_threads(1) == (1, 1)
+def test_server_gets_half_the_cores_and_the_trainer_all_of_them() -> None:
+    for mode in ("sync", "async"):
+        config = load_config(None, {"mode": mode})
+        assert config.cpu_threads(8) == (4, 8)
+        assert config.cpu_threads(2) == (1, 2)
+        assert config.cpu_threads(1) == (1, 1)
     pinned = load_config(None, {"mode": "async", "server.threads": 3})
-    assert pinned.cpu_threads(8) == (3, 5)
+    assert pinned.cpu_threads(8) == (3, 8)
