@@ -67,3 +67,16 @@ def test_chat_template_matches_transformers(ckpt):
     theirs = theirs["input_ids"] if isinstance(theirs, dict) or hasattr(theirs, "keys") else theirs
     assert ours == list(theirs)
     assert hf.decode(ours).endswith("<|im_start|>assistant\n")
+
+
+def test_model_init_is_the_same_for_the_same_seed(ckpt, tmp_path):
+    """Tokenizer and weights depend on the seed only (not on the package's files), so a run's
+    starting model is reproducible across versions; `ckpt` was built with the default seed 0.
+    """
+    from agentrl.policy.checkpoint import init_checkpoint
+
+    again = init_checkpoint(tmp_path / "again", "tiny", vocab_size=1024, seed=0)
+    assert (again / "tokenizer.json").read_text() == (ckpt / "tokenizer.json").read_text()
+    assert (again / "model.safetensors").read_bytes() == (ckpt / "model.safetensors").read_bytes()
+    other = init_checkpoint(tmp_path / "other", "tiny", vocab_size=1024, seed=1)
+    assert (other / "model.safetensors").read_bytes() != (ckpt / "model.safetensors").read_bytes()
