@@ -1,18 +1,28 @@
 """Sync vs async training on the same budget: wall-clock to the same success rate, and final success.
 
     python bench/async_vs_sync.py [--config examples/guess_number.yaml] [--steps 30] [--out runs/bench]
+                                  [--env-step-latency SECONDS]
 
 Runs the same config three times from the same warm-started model (built once and shared):
 `--mode sync` (max_staleness 0), async with max_staleness 1, and async with max_staleness 2.
 Each run does the same number of optimizer steps on the same number of groups per step.
 
-- "time to target": the first wall-clock second at which the moving average (over 5 steps) of
-  the training-batch success rate reaches the target: the common starting level plus 80% of the
-  smallest gain any run made by its end (so every run reaches it, and reaching it means having
-  learned, not starting there). Wall-clock is training time only (server start, warm start and
-  evaluations excluded, and identical across modes anyway).
+- "wall s": training wall-clock for the same number of steps (server start, warm start and
+  evaluations excluded, and identical across modes anyway); "wall x" is sync's over each run's.
+- "to target s": the first wall-clock second at which the moving average (over the last 10
+  steps) of the training-batch success rate reaches the target: the common starting level (the
+  first full window) plus 80% of the smallest gain any run made by its end, so every run reaches
+  it. Noisy: a step's batch is only `groups_per_step` tasks, so read it beside "wall x".
 - "final success": success on the held-out evaluation seeds after the last step, with the
   config's evaluation sampling (`sampling.eval_temperature`).
+- "busy cores": CPU time of trainer + policy server per second of training. Overlap cannot
+  make a run faster than the cores sync leaves idle allow: sync at U of N busy cores can at best
+  become N/U times faster (printed as the ceiling).
+
+`--env-step-latency S` makes every env step first wait S seconds without using the CPU (an
+`asyncio.sleep` in a subclass of the config's env, defined here and used only by this bench):
+the shape of agentic envs whose steps wait on a sandbox, a browser or a remote API. The game
+logic, the model and everything else are unchanged.
 
 Printed side by side, with each async mode as a ratio to sync.
 """
@@ -20,24 +30,49 @@ Printed side by side, with each async mode as a ratio to sync.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
 import shutil
 from pathlib import Path
+from typing import Any
 
+import agentrl
 from agentrl.config import load_config
 from agentrl.metrics import read_metrics
 from agentrl.trainer.loop import RunPaths, TrainingRun, prepare_model
 
-WINDOW = 5
+WINDOW = 10
 
 
 def smoothed(records: list[dict]) -> list[tuple[float, float]]:
-    """(wall_time, moving-average success) per training step."""
+    """(wall_time, moving-average success) per training step, from the first full window on."""
     steps = [r for r in records if "success_rate" in r and "learner/loss" in r]
     out = []
-    for i, record in enumerate(steps):
-        window = [s["success_rate"] for s in steps[max(0, i - WINDOW + 1) : i + 1]]
-        out.append((record["wall_time"], sum(window) / len(window)))
+    for i in range(WINDOW - 1, len(steps)):
+        window = [s["success_rate"] for s in steps[i - WINDOW + 1 : i + 1]]
+        out.append((steps[i]["wall_time"], sum(window) / WINDOW))
     return out
+
+
+def register_slow_env(env_id: str, latency: float) -> str:
+    """Register a copy of `env_id` whose steps first wait `latency` seconds; return its id."""
+    base = type(agentrl.make(env_id))
+
+    async def astep(self: Any, action: str) -> Any:
+        await asyncio.sleep(latency)
+        return await base.astep(self, action)
+
+    slow = type(f"Slow{base.__name__}", (base,), {"astep": astep})
+    slow_id = f"bench/Slow{env_id.split('/')[-1]}"
+    agentrl.register(slow_id, slow, override=True)
+    return slow_id
+
+
+def busy_cores(records: list[dict]) -> float:
+    """Mean busy cores over the training steps, weighted by step time."""
+    steps = [r for r in records if "cpu_busy_cores" in r]
+    seconds = sum(r["step_seconds"] for r in steps)
+    return sum(r["cpu_busy_cores"] * r["step_seconds"] for r in steps) / max(seconds, 1e-9)
 
 
 def main() -> None:
@@ -47,6 +82,7 @@ def main() -> None:
     parser.add_argument("--config", default="examples/guess_number.yaml")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default: config)")
     parser.add_argument("--out", default="runs/bench_async_vs_sync")
+    parser.add_argument("--env-step-latency", type=float, default=0.0, help="seconds each env step waits")
     args = parser.parse_args()
 
     root = Path(args.out)
@@ -65,36 +101,45 @@ def main() -> None:
             "sft.episodes": 0,
             "schedule.eval_every": 0,  # evaluate only before and after, outside the timed steps
         }
+        if args.env_step_latency > 0:
+            overrides["env.id"] = register_slow_env(base.env.id, args.env_step_latency)
         if args.steps:
             overrides["schedule.steps"] = args.steps
         config = load_config(args.config, overrides)
         print(f"== {name}: mode={mode} max_staleness={config.effective_max_staleness}", flush=True)
         result = TrainingRun(config).run()
-        curve = smoothed(read_metrics(root / name / "metrics.jsonl"))
-        results[name] = (result, curve)
+        records = read_metrics(root / name / "metrics.jsonl")
+        curve = smoothed(records)
+        results[name] = (result, curve, busy_cores(records))
         print(
             f"   {result.steps} steps in {result.wall_time:.0f}s; held-out success "
             f"{result.warm_start_success:.1%} -> {result.final_success:.1%}",
             flush=True,
         )
 
-    start = min(curve[0][1] for _, curve in results.values())
-    target = start + 0.8 * min(curve[-1][1] - start for _, curve in results.values())
+    start = min(curve[0][1] for _, curve, _ in results.values())
+    target = start + 0.8 * min(curve[-1][1] - start for _, curve, _ in results.values())
     print(f"\ntarget: moving-average training success >= {target:.1%} (start {start:.1%})")
     print(
-        f"{'mode':<9} {'steps':>5} {'wall s':>7} {'to target s':>11} {'speedup':>8} "
-        f"{'final':>7} {'vs sync':>8}"
+        f"{'mode':<9} {'steps':>5} {'wall s':>7} {'wall x':>7} {'to target s':>11} {'speedup':>8} "
+        f"{'final':>7} {'vs sync':>8} {'busy cores':>10}"
     )
-    sync_result, sync_curve = results["sync"]
+    sync_result, sync_curve, sync_busy = results["sync"]
     sync_time = next(t for t, s in sync_curve if s >= target)
-    for name, (result, curve) in results.items():
+    for name, (result, curve, busy) in results.items():
         reach = next(t for t, s in curve if s >= target)
         speedup = sync_time / reach if reach > 0 else float("inf")
         delta = 100 * ((result.final_success or 0) - (sync_result.final_success or 0))
         print(
-            f"{name:<9} {result.steps:>5} {result.wall_time:>7.0f} {reach:>11.0f} {speedup:>7.2f}x "
-            f"{result.final_success:>7.1%} {delta:>+7.1f}pt"
+            f"{name:<9} {result.steps:>5} {result.wall_time:>7.0f} "
+            f"{sync_result.wall_time / result.wall_time:>6.2f}x {reach:>11.0f} {speedup:>7.2f}x "
+            f"{result.final_success:>7.1%} {delta:>+7.1f}pt {busy:>10.2f}"
         )
+    cores = len(os.sched_getaffinity(0))
+    print(
+        f"\nsync kept {sync_busy:.2f} of {cores} cores busy: overlapping rollout and training can make "
+        f"it at most {cores / sync_busy:.2f}x faster on this machine"
+    )
 
 
 if __name__ == "__main__":

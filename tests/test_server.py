@@ -96,3 +96,18 @@ async def test_overload_gets_429(ckpt, tokenizer):
         assert 200 in codes and 429 in codes
         rejected = next(r for r in responses if r.status_code == 429)
         assert "queue is full" in rejected.json()["error"]["message"]
+
+
+def test_server_process_reports_its_cpu_time(ckpt):
+    """`agentrl serve` as a child process: ready on /health, its CPU time readable, stopped cleanly."""
+    from agentrl.trainer.serving import ServerProcess
+
+    with ServerProcess(ckpt, threads=1) as server:
+        assert httpx.get(f"{server.url}/health").json()["version"] == 0
+        first = server.cpu_seconds()
+        assert first is not None and first > 0  # starting Python and loading the model took CPU
+        body = {"prompt_token_ids": [5, 6, 7], "max_tokens": 8, "temperature": 1.0}
+        for _ in range(5):
+            httpx.post(f"{server.url}/v1/generate", json=body, timeout=60)
+        assert server.cpu_seconds() >= first
+    assert server.cpu_seconds() is None  # stopped

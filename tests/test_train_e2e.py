@@ -6,6 +6,7 @@ Kept small (a few steps of a 1M-parameter model) so it runs in well under a minu
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,10 @@ def test_train_runs_end_to_end(tmp_path: Path, mode: str) -> None:
     assert train_steps == [1, 2, 3]
     assert [r["version"] for r in records if "learner/loss" in r] == [1, 2, 3]
     staleness = [r["buffer/batch_staleness_max"] for r in records if "learner/loss" in r]
+    # trainer + server CPU per second of each step: positive, and at most the machine's cores
+    # (plus clock-tick rounding over a short step)
+    cores = len(os.sched_getaffinity(0))
+    assert all(0 < r["cpu_busy_cores"] <= cores + 0.5 for r in records if "learner/loss" in r)
     assert max(staleness) <= config.effective_max_staleness
     assert [r["step"] for r in records if "eval_success_rate" in r] == [0, 3]
     assert list((run / "tb").glob("events.out.tfevents.*"))

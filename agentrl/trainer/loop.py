@@ -133,6 +133,29 @@ class _Rollouts:
         return out
 
 
+class BusyCores:
+    """How many cores the trainer and server processes kept busy since `start()`.
+
+    Logged per step as `cpu_busy_cores`: it shows how much of the machine each mode uses, and so
+    how much room overlapping rollout and training has (sync at U of N busy cores can at best
+    become N/U times faster by overlapping; bench/async_vs_sync.py prints that bound).
+    """
+
+    def __init__(self, server: ServerProcess) -> None:
+        self.server = server
+        self.start()
+
+    def _now(self) -> tuple[float, float]:
+        return time.perf_counter(), time.process_time() + (self.server.cpu_seconds() or 0.0)
+
+    def start(self) -> None:
+        self._start = self._now()
+
+    def read(self) -> float:
+        (wall0, cpu0), (wall1, cpu1) = self._start, self._now()
+        return (cpu1 - cpu0) / max(wall1 - wall0, 1e-9)
+
+
 def batch_metrics(groups: list[TrajectoryGroup]) -> dict[str, float]:
     """Reward and success of the trajectories actually trained on."""
     trajectories = [t for g in groups for t in g.trajectories]
@@ -266,7 +289,7 @@ class TrainingRun:
         server.start()  # from the main thread: the server dies with the thread that started it
         try:
             async with httpx.AsyncClient() as http:
-                await self._train(learner, server.url, http, writer, tokenizer_dir, state, result)
+                await self._train(learner, server, http, writer, tokenizer_dir, state, result)
         finally:
             server.stop()
             writer.close()
@@ -276,7 +299,7 @@ class TrainingRun:
     async def _train(
         self,
         learner: Learner,
-        url: str,
+        server: ServerProcess,
         http: httpx.AsyncClient,
         writer: MetricsWriter,
         tokenizer_dir: Path,
@@ -284,6 +307,7 @@ class TrainingRun:
         result: TrainResult,
     ) -> None:
         config, schedule = self.config, self.config.schedule
+        url = server.url
         policy = make_client(url, tokenizer_dir, config, temperature=config.sampling.temperature)
         # A restarted server counts versions from 0 again; token versions and the buffer live in
         # the server's count, checkpoints and metrics in the learner's (which survives resumes).
@@ -323,11 +347,13 @@ class TrainingRun:
         def wall() -> float:
             return wall_offset + time.perf_counter() - started
 
+        busy = BusyCores(server)
         producer = asyncio.create_task(produce())
         step = state["step"]
         try:
             while step < schedule.steps:
                 step_started = time.perf_counter()
+                busy.start()
                 batch = buffer.get_batch(schedule.groups_per_step, learner.version - offset)
                 groups = await _first(batch, producer)
                 waited = time.perf_counter() - step_started
@@ -350,6 +376,7 @@ class TrainingRun:
                     "step_seconds": step_seconds,
                     "trainer_wait_s": waited,
                     "tokens_per_s": metrics["tokens"] / max(step_seconds, 1e-9),
+                    "cpu_busy_cores": busy.read(),
                     "env_steps": manager.stats.env_steps,
                 }
                 writer.log(step, record)

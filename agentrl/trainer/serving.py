@@ -9,6 +9,7 @@ training overlap on a 2-core machine. The traffic is real HTTP on loopback eithe
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -102,6 +103,16 @@ class ServerProcess:
             time.sleep(0.25)
         self.stop()
         raise PolicyError(f"policy server at {self.url} not ready after {self.startup_timeout:.0f}s")
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time the server process has used so far (from /proc: Linux only; else None)."""
+        if self._process is None:
+            return None
+        try:
+            fields = Path(f"/proc/{self._process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
     def stop(self) -> None:
         process, self._process = self._process, None
