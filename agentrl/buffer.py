@@ -20,6 +20,9 @@ On `put`, trajectories that did not finish (error, timeout) are removed from the
 are counted by the manager; they are not evidence about the policy), and a group left with none is
 dropped. With `dynamic_filter`, groups whose rewards are all equal are dropped too: their
 group-relative advantages are zero, so they would only dilute the batch (DAPO's dynamic sampling).
+A policy that always fails (or always succeeds) then feeds the trainer nothing while rollout
+runs on; after `4 * batch_size` such drops in a row the buffer logs a warning saying so, once per
+streak.
 
 **Tail batching** (RollPacker's idea, applied on the consumption side): a group whose length (the
 most action tokens of any of its trajectories) is above the `tail_quantile` of the last
@@ -34,6 +37,7 @@ them up. With `max_staleness=0` nothing can wait a version, so tail batching has
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import AsyncIterator, Iterable
@@ -42,6 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from agentrl.trajectory import TrajectoryGroup
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -96,6 +102,7 @@ class StalenessBuffer:
         self._producer_wait = 0.0
         self._consumer_wait = 0.0
         self._last_batch_staleness: list[int] = []
+        self._zero_variance_streak = 0
 
     # ------------------------------------------------------------------ producer side
 
@@ -129,7 +136,18 @@ class StalenessBuffer:
                 self._drops["no_finished"] += 1
             elif self.dynamic_filter and np.ptp(group.rewards) == 0:
                 self._drops["zero_variance"] += 1
+                self._zero_variance_streak += 1
+                if self._zero_variance_streak == 4 * self.batch_size:
+                    logger.warning(
+                        "dynamic_filter dropped the last %d groups in a row: every trajectory of "
+                        "each got the same reward (all %.3g, e.g.), so the trainer gets no data. "
+                        "Warm-start the policy (sft.episodes) so it sometimes succeeds, or set "
+                        "buffer.dynamic_filter: false.",
+                        self._zero_variance_streak,
+                        group.rewards[0],
+                    )
             else:
+                self._zero_variance_streak = 0
                 oldest = group.oldest_version
                 length = max(t.num_action_tokens for t in kept)
                 entry = _Entry(group, admission_version if oldest is None else oldest, length)

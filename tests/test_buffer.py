@@ -152,6 +152,21 @@ async def test_dynamic_filter_and_unfinished_trajectories():
     assert batch[0].rewards == [1.0, 0.5]  # the errored episode left its group
 
 
+async def test_a_streak_of_zero_variance_groups_is_warned_about_once(caplog):
+    buffer = StalenessBuffer(batch_size=2, max_staleness=4, dynamic_filter=True)
+    with caplog.at_level("WARNING", logger="agentrl.buffer"):
+        for seed in range(7):
+            await buffer.put(make_group(seed, rewards=(0.0, 0.0)))
+        assert not caplog.records  # 7 < 4 * batch_size
+        for seed in range(7, 20):
+            await buffer.put(make_group(seed, rewards=(0.0, 0.0)))
+        assert len(caplog.records) == 1 and "last 8 groups in a row" in caplog.text
+        await buffer.put(make_group(20, rewards=(0.0, 1.0)))  # the streak ends ...
+        for seed in range(21, 29):
+            await buffer.put(make_group(seed, rewards=(1.0, 1.0)))
+    assert len(caplog.records) == 2  # ... and a new one is warned about again
+
+
 async def test_without_dynamic_filter_equal_rewards_are_kept():
     buffer = StalenessBuffer(batch_size=1, max_staleness=0)
     await buffer.put(make_group(0, rewards=(1.0, 1.0)))
