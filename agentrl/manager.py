@@ -277,7 +277,7 @@ class EnvManager:
                 seed=task.seed,
                 started_at=time.time(),
             )
-            episode = asyncio.create_task(self._episode(run, group, trajectory, slots))
+            episode = asyncio.create_task(self._episode(run, group, trajectory, slots, index))
             group.running[episode] = trajectory
             run.tasks.add(episode)
             episode.add_done_callback(functools.partial(self._episode_done, run, group, trajectory, slots))
@@ -343,7 +343,7 @@ class EnvManager:
     # -- one episode ----------------------------------------------------------------------
 
     async def _episode(
-        self, run: _Run, group: _Group, trajectory: Trajectory, slots: asyncio.Semaphore
+        self, run: _Run, group: _Group, trajectory: Trajectory, slots: asyncio.Semaphore, index: int
     ) -> None:
         env: Env | None = None
         env_call = _EnvCall()
@@ -353,7 +353,7 @@ class EnvManager:
                 async with episode_deadline:
                     env_call.busy = True  # building the env counts as an env call
                     env = self._idle.pop() if self._idle else self._make_env()
-                    await self._play(env, group.task, trajectory, env_call)
+                    await self._play(env, group.task, trajectory, env_call, index)
             except TimeoutError as exc:
                 trajectory.stop_reason = StopReason.TIMEOUT
                 if episode_deadline.expired():
@@ -374,7 +374,9 @@ class EnvManager:
         await self._cleanup(trajectory.episode_id, env, reusable=not env_call.busy)
         slots.release()
 
-    async def _play(self, env: Env, task: Task, trajectory: Trajectory, env_call: _EnvCall) -> None:
+    async def _play(
+        self, env: Env, task: Task, trajectory: Trajectory, env_call: _EnvCall, index: int
+    ) -> None:
         """The episode loop. Sets the trajectory's stop reason when the episode ends normally.
 
         Raises whatever the env or the policy raises (a policy's exception wrapped in
@@ -402,7 +404,7 @@ class EnvManager:
         for turn_index in range(max_turns):
             started = clock()
             try:
-                output = await policy(PolicyInput(episode_id, turn_index, messages, env))
+                output = await policy(PolicyInput(episode_id, turn_index, messages, env, task.seed, index))
             except Exception as exc:
                 raise _PolicyFailed(exc) from exc
             if isinstance(output, str):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 
 import pytest
@@ -58,6 +59,23 @@ async def test_episode_tokens_are_exactly_what_was_sent_and_sampled(ckpt, tokeni
         await client.end_episode("ep-1")
         await client.aclose()  # waits for the background session release
         assert engine.kept_sessions == 0
+
+
+async def test_a_seeded_client_samples_the_same_tokens_for_the_same_episode_and_turn(ckpt, tokenizer):
+    async with running_server(TorchEngine.from_pretrained(ckpt), tokenizer) as url:
+        params = SamplingParams(max_tokens=20, temperature=1.0)
+        client = PolicyClient(url, tokenizer, sampling=params, seed=7)
+        messages = [{"role": "user", "content": "go"}]
+
+        def ask(episode_id: str, seed: int, index: int):
+            return client(PolicyInput(episode_id, 0, messages, env=None, seed=seed, index=index))
+
+        first = await ask("a", 3, 0)
+        # the same (seed, index, turn) again, batched beside other requests this time
+        again, other_index, other_seed = await asyncio.gather(ask("b", 3, 0), ask("c", 3, 1), ask("d", 4, 0))
+        assert again.token_ids == first.token_ids and again.logprobs == pytest.approx(first.logprobs)
+        assert other_index.token_ids != first.token_ids and other_seed.token_ids != first.token_ids
+        await client.aclose()
 
 
 def test_boundary_equals_apply_chat_template_for_canonical_eos_terminated_turns(tokenizer):

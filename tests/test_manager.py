@@ -97,6 +97,19 @@ async def test_4096_envs_run_concurrently_to_completion_with_every_episode_accou
     assert_no_leaked_tasks()
 
 
+async def test_the_policy_is_told_each_episodes_task_seed_and_index_in_its_group():
+    seen: set[tuple[int | None, int, int]] = set()
+
+    async def recording_policy(request: PolicyInput) -> str:
+        seen.add((request.seed, request.index, request.turn))
+        return "tick"
+
+    manager = EnvManager(Countdown, recording_policy, group_size=3)
+    await manager.run([5, 6])
+    await manager.aclose()
+    assert seen == {(seed, index, turn) for seed in (5, 6) for index in range(3) for turn in range(3)}
+
+
 async def test_a_tenth_of_envs_raising_or_hanging_are_marked_and_the_rest_complete():
     manager = EnvManager(
         lambda: Countdown(faulty=True), instant_policy, max_concurrency=1000, step_timeout=0.3

@@ -125,6 +125,9 @@ def evaluate(
     temperature: Annotated[float, typer.Option(help="0 = greedy")] = 0.0,
     max_tokens: Annotated[int, typer.Option(help="tokens per action")] = 24,
     max_turns: Annotated[int | None, typer.Option()] = None,
+    sampling_seed: Annotated[
+        int | None, typer.Option(help="seeds sampling per episode and turn, so reruns agree")
+    ] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
 ) -> float:
     """Success rate of a checkpoint on held-out seeds."""
@@ -133,7 +136,7 @@ def evaluate(
     try:
         report = evaluate_checkpoint(
             checkpoint, env_id, n, seed_offset=seed_offset, temperature=temperature,
-            max_tokens=max_tokens, max_turns=max_turns,
+            max_tokens=max_tokens, max_turns=max_turns, sampling_seed=sampling_seed,
         )  # fmt: skip
     except AgentRLError as exc:
         raise _fail(exc) from exc
@@ -144,7 +147,7 @@ def evaluate(
             f"{env_id}: success {report.success_rate:.1%} ({report.successes}/{report.episodes}), "
             f"reward {report.reward_mean:+.3f}, {report.turns_mean:.1f} turns, {report.errors} errors; "
             f"seeds {seed_offset}..{seed_offset + n - 1}, "
-            + ("greedy" if temperature == 0 else f"temperature {temperature}")
+            + ("greedy" if temperature == 0 else f"temperature {temperature}, sampling seed {sampling_seed}")
         )
     return report.success_rate
 

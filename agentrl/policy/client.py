@@ -20,6 +20,7 @@ model saw) and re-tokenizing the conversation would differ: that is the drift th
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 from dataclasses import dataclass, field
@@ -60,7 +61,15 @@ class PolicyClient:
         max_retries: int = 6,
         backoff: float = 0.1,
         max_connections: int = 1024,
+        seed: int | None = None,
     ) -> None:
+        """`seed`: if set, every request's sampling seed is drawn from (seed, the episode's task
+        seed, its index in the group, the turn), so replaying the same episodes samples the same
+        tokens whatever else shares the server's batches: evaluations at temperature > 0 become
+        repeatable, and two checkpoints are compared on common random numbers. None (training)
+        leaves sampling to the server's shared generator.
+        """
+        self.seed = seed
         self.tokenizer = tokenizer if isinstance(tokenizer, ChatTokenizer) else ChatTokenizer(tokenizer)
         self.sampling = sampling or SamplingParams()
         self.max_retries, self.backoff = max_retries, backoff
@@ -143,7 +152,11 @@ class PolicyClient:
         episode = self._episodes.setdefault(request.episode_id, _Episode())
         messages = [dict(m) for m in request.messages]
         prompt = self._new_prompt_tokens(episode, messages)
-        out = await self.generate(episode.tokens + prompt, self.sampling, session_id=request.episode_id)
+        params = self.sampling
+        if self.seed is not None and request.seed is not None:
+            key = hash((self.seed, request.seed, request.index, request.turn))  # ints: stable across runs
+            params = dataclasses.replace(params, seed=key & (2**63 - 1))
+        out = await self.generate(episode.tokens + prompt, params, session_id=request.episode_id)
         sampled: list[int] = out["token_ids"]
         episode.tokens += prompt + sampled
         episode.n_messages = len(messages)

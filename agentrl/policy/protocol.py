@@ -22,6 +22,8 @@ class PolicyInput:
     turn: int
     messages: list[ChatMessage]  # the whole conversation; the last message is the new observation
     env: Env  # the live env: scripted experts read its state, LLM policies ignore it
+    seed: int | None = None  # the episode's task seed (None if the task has none)
+    index: int = 0  # the episode's index within its group (the group's episodes share `seed`)
 
 
 @dataclass

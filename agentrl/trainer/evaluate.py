@@ -4,7 +4,9 @@ Evaluation seeds start at `seed_offset` (the config's `schedule.eval_seed_offset
 default), a range training never draws from, so the number measures generalisation to unseen
 tasks rather than recall of training seeds. Each seed is played once. Sampling is greedy
 (temperature 0) by default, which makes the figure a property of the weights rather than of
-the sampling noise; pass a temperature > 0 to measure the sampled policy that RL trains.
+the sampling noise; pass a temperature > 0 to measure the sampled policy that RL trains. Sampling
+is seeded per episode and turn (`sampling_seed`), so an evaluation at temperature > 0 is
+repeatable too, and evaluations of two checkpoints use the same random numbers.
 """
 
 from __future__ import annotations
@@ -47,13 +49,14 @@ async def evaluate_server(
     env_kwargs: dict[str, Any] | None = None,
     max_turns: int | None = None,
     concurrency: int = 32,
+    sampling_seed: int | None = 0,
 ) -> EvalReport:
     """Play `episodes` held-out seeds against the policy server at `url`."""
     from agentrl.policy.client import PolicyClient
     from agentrl.policy.types import SamplingParams
 
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
-    client = PolicyClient(url, tokenizer_dir, sampling=params)
+    client = PolicyClient(url, tokenizer_dir, sampling=params, seed=sampling_seed)
     manager = EnvManager(
         env_id, client, group_size=1, max_concurrency=concurrency, max_turns=max_turns, env_kwargs=env_kwargs
     )
