@@ -90,6 +90,7 @@ def main() -> None:
     base = load_config(args.config, {"out": str(root / "shared")})
     start_dir = prepare_model(base, RunPaths(root / "shared"))  # one warm start for all runs
 
+    slow_env_id = register_slow_env(base.env.id, args.env_step_latency) if args.env_step_latency > 0 else None
     modes = {"sync": ("sync", 0), "async-1": ("async", 1), "async-2": ("async", 2)}
     results = {}
     for name, (mode, staleness) in modes.items():
@@ -101,8 +102,8 @@ def main() -> None:
             "sft.episodes": 0,
             "schedule.eval_every": 0,  # evaluate only before and after, outside the timed steps
         }
-        if args.env_step_latency > 0:
-            overrides["env.id"] = register_slow_env(base.env.id, args.env_step_latency)
+        if slow_env_id is not None:
+            overrides["env.id"] = slow_env_id
         if args.steps:
             overrides["schedule.steps"] = args.steps
         config = load_config(args.config, overrides)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,12 +12,7 @@ import uvicorn
 from agentrl.policy.server import create_app
 from agentrl.policy.tokenizer import ChatTokenizer
 from agentrl.policy.types import Engine
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from agentrl.trainer.serving import free_port
 
 
 @contextlib.asynccontextmanager

@@ -31,10 +31,10 @@ async def test_pools_grow_only_when_full_and_stay_within_the_connection_budget()
         client = ShardedAsyncClient(url, timeout=30, max_connections=12, connections_per_pool=4)
         release.set()
         for i in range(3):
-            assert (await client.get("/slow", params={"n": i})).json() == {"n": str(i)}
+            assert (await client.request("GET", "/slow", params={"n": i})).json() == {"n": str(i)}
         assert client.pools == 1  # one request at a time never opens a second pool
         release.clear()
-        calls = [asyncio.create_task(client.get("/slow", params={"n": i})) for i in range(20)]
+        calls = [asyncio.create_task(client.request("GET", "/slow", params={"n": i})) for i in range(20)]
         while in_flight < 12:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.1)
@@ -45,4 +45,4 @@ async def test_pools_grow_only_when_full_and_stay_within_the_connection_budget()
         assert peak == 12 and client.pools == 3
         await client.aclose()
         with pytest.raises(RuntimeError, match="closed"):
-            await client.get("/slow")
+            await client.post("/slow")

@@ -18,7 +18,7 @@ import httpx
 
 
 class ShardedAsyncClient:
-    """The `request` / `post` / `get` subset of `httpx.AsyncClient`, spread over small pools."""
+    """The `request` / `post` subset of `httpx.AsyncClient` (what `PolicyClient` uses), over small pools."""
 
     def __init__(
         self,
@@ -58,9 +58,6 @@ class ShardedAsyncClient:
             return await self._pools[index].request(method, url, **kwargs)
         finally:
             self._in_flight[index] -= 1
-
-    async def get(self, url: str, **kwargs: Any) -> httpx.Response:
-        return await self.request("GET", url, **kwargs)
 
     async def post(self, url: str, **kwargs: Any) -> httpx.Response:
         return await self.request("POST", url, **kwargs)
