@@ -13,8 +13,8 @@ from agentrl.errors import (
     SandboxError,
     UnknownEnvError,
 )
-from agentrl.policy.protocol import Policy, PolicyInput, PolicyOutput
 from agentrl.registry import EnvSpec, list_envs, make, register, spec
+from agentrl.rollout.protocol import Policy, PolicyInput, PolicyOutput
 from agentrl.trajectory import StopReason, Trajectory, TrajectoryGroup, Turn
 
 __version__ = "0.1.0"

@@ -36,10 +36,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from agentrl_trainers.config import load_config
+from agentrl_trainers.loop import RunPaths, TrainingRun, prepare_model
+from agentrl_trainers.metrics import read_metrics
+
 import agentrl
-from agentrl.config import load_config
-from agentrl.metrics import read_metrics
-from agentrl.trainer.loop import RunPaths, TrainingRun, prepare_model
 
 WINDOW = 10
 

@@ -38,7 +38,7 @@ from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
 from agentrl import Env, PolicyInput
-from agentrl.manager import EnvManager
+from agentrl.rollout.manager import EnvManager
 
 EPISODE_LENGTH = 32
 

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-from agentrl.policy.checkpoint import init_checkpoint
-from agentrl.policy.engine import TorchEngine
-from agentrl.policy.types import SamplingParams
+from agentrl.generation import SamplingParams
+from agentrl.serving.checkpoint import init_checkpoint
+from agentrl.serving.engine import TorchEngine
 
 OBSERVATION = 8
 

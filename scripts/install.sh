@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install agentrl, its first-party env suites and the test tools into the current Python.
+# Install agentrl with its serving and sandbox extras, the trainers distribution, the first-party
+# env suites and the test tools into the current Python.
 # torch is pinned first: a plain `torch` requirement would pull a multi-GB CUDA build, while
 # torch==2.13.0 is the CPU build this project is developed and tested on.
 set -euo pipefail
@@ -8,5 +9,5 @@ PYTHON=${PYTHON:-python3}
 
 "$PYTHON" -m pip install -q --disable-pip-version-check "torch==2.13.0"
 "$PYTHON" -m pip install -q --disable-pip-version-check \
-    -e ".[dev]" -e envs/games -e envs/code -e envs/web
+    -e ".[serve,sandbox,dev]" -e trainers -e envs/games -e envs/code -e envs/web
 echo "agentrl installed: $("$PYTHON" -c 'import agentrl; print(agentrl.__version__)')"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.policy.checkpoint import init_checkpoint
-from agentrl.policy.tokenizer import ChatTokenizer
+from agentrl.serving.checkpoint import init_checkpoint
+from agentrl.tokenizer import ChatTokenizer
 
 
 @pytest.fixture(scope="module")

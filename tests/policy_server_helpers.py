@@ -9,10 +9,10 @@ from typing import Any
 
 import uvicorn
 
-from agentrl.policy.server import create_app
-from agentrl.policy.tokenizer import ChatTokenizer
-from agentrl.policy.types import Engine
-from agentrl.trainer.serving import free_port
+from agentrl.serving.engine_api import Engine
+from agentrl.serving.process import free_port
+from agentrl.serving.server import create_app
+from agentrl.tokenizer import ChatTokenizer
 
 
 @contextlib.asynccontextmanager

@@ -115,10 +115,10 @@ def test_bad_policy_and_env_arg_are_clean_errors():
 
 
 def test_policy_url_without_the_client_module_is_a_clean_error(monkeypatch):
-    monkeypatch.setitem(sys.modules, "agentrl.policy.client", None)  # makes the import fail
+    monkeypatch.setitem(sys.modules, "agentrl.rollout.client", None)  # makes the import fail
     result = runner.invoke(app, ["rollout", "clitest/Pick-v0", "--policy", "http://127.0.0.1:8000"])
     assert result.exit_code == 2
-    assert "agentrl.policy.client" in result.output
+    assert "agentrl.rollout.client" in result.output
 
 
 def test_policy_url_needs_the_served_models_tokenizer():

@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 
-from agentrl.policy.client import PolicyClient, _Episode
-from agentrl.policy.engine import TorchEngine
-from agentrl.policy.protocol import PolicyInput
-from agentrl.policy.types import SamplingParams
+from agentrl.generation import SamplingParams
+from agentrl.rollout.client import PolicyClient, _Episode
+from agentrl.rollout.protocol import PolicyInput
+from agentrl.serving.engine import TorchEngine
 from tests.policy_server_helpers import running_server
 
 

@@ -8,10 +8,11 @@ import os
 import pytest
 import torch
 
-from agentrl.policy.checkpoint import init_checkpoint
-from agentrl.policy.engine import EngineOverloaded, InvalidRequest, TorchEngine
-from agentrl.policy.model import CausalLM
-from agentrl.policy.types import SamplingParams
+from agentrl.generation import SamplingParams
+from agentrl.serving.checkpoint import init_checkpoint
+from agentrl.serving.engine import TorchEngine
+from agentrl.serving.engine_api import EngineOverloaded, InvalidRequest
+from agentrl.serving.model import CausalLM
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
 # The same checks run on a GPU with AGENTRL_TEST_DEVICE=cuda.

@@ -9,7 +9,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from agentrl.policy.http_pool import ShardedAsyncClient
+from agentrl.rollout.http_pool import ShardedAsyncClient
 from tests.policy_server_helpers import serve_app
 
 

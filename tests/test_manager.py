@@ -13,8 +13,8 @@ import pytest
 from gymnasium import spaces
 
 from agentrl import Env, PolicyInput, PolicyOutput, StopReason, Trajectory, UnknownEnvError
-from agentrl.manager import EnvManager, Task
-from agentrl.policy.scripted import RandomPolicy
+from agentrl.rollout.manager import EnvManager, Task
+from agentrl.rollout.scripted import RandomPolicy
 from agentrl.wrappers import GymnasiumAdapter
 
 

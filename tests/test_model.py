@@ -6,8 +6,8 @@ import json
 
 import torch
 
-from agentrl.policy.model import CausalLM
-from agentrl.policy.tokenizer import ChatTokenizer
+from agentrl.serving.model import CausalLM
+from agentrl.tokenizer import ChatTokenizer
 
 
 def test_checkpoint_directory_has_the_hf_files(ckpt):
@@ -73,7 +73,7 @@ def test_model_init_is_the_same_for_the_same_seed(ckpt, tmp_path):
     """Tokenizer and weights depend on the seed only (not on the package's files), so a run's
     starting model is reproducible across versions; `ckpt` was built with the default seed 0.
     """
-    from agentrl.policy.checkpoint import init_checkpoint
+    from agentrl.serving.checkpoint import init_checkpoint
 
     again = init_checkpoint(tmp_path / "again", "tiny", vocab_size=1024, seed=0)
     assert (again / "tokenizer.json").read_text() == (ckpt / "tokenizer.json").read_text()

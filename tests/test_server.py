@@ -7,7 +7,7 @@ import asyncio
 import httpx
 import torch
 
-from agentrl.policy.engine import TorchEngine
+from agentrl.serving.engine import TorchEngine
 from tests.policy_server_helpers import running_server
 
 
@@ -100,7 +100,7 @@ async def test_overload_gets_429(ckpt, tokenizer):
 
 def test_server_process_reports_its_cpu_time(ckpt):
     """`agentrl serve` as a child process: ready on /health, its CPU time readable, stopped cleanly."""
-    from agentrl.trainer.serving import ServerProcess
+    from agentrl.serving.process import ServerProcess
 
     with ServerProcess(ckpt, threads=1) as server:
         assert httpx.get(f"{server.url}/health").json()["version"] == 0

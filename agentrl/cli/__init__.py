@@ -1,10 +1,13 @@
-"""The `agentrl` command line. Each command group lives in its own module and registers itself."""
+"""The `agentrl` command line. Each command group lives in its own module and registers itself.
+
+`train` and `sft` come from the installed trainer package (see `trainer_plugin`).
+"""
 
 from __future__ import annotations
 
 import typer
 
-from agentrl.cli import envs, policy, train
+from agentrl.cli import envs, evaluate, serve, trainer_plugin
 
 app = typer.Typer(
     name="agentrl",
@@ -12,7 +15,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
-for module in (envs, policy, train):
+for module in (envs, serve, evaluate, trainer_plugin):
     module.register(app)
 
 

@@ -27,10 +27,10 @@ from rich.table import Table
 from agentrl import registry
 from agentrl.core import Env
 from agentrl.errors import AgentRLError, UnknownEnvError
-from agentrl.manager import EnvManager
-from agentrl.policy.protocol import Policy
-from agentrl.policy.scripted import ExpertPolicy, RandomPolicy
-from agentrl.policy.types import SamplingParams
+from agentrl.generation import SamplingParams
+from agentrl.rollout.manager import EnvManager
+from agentrl.rollout.protocol import Policy
+from agentrl.rollout.scripted import ExpertPolicy, RandomPolicy
 from agentrl.trajectory import StopReason, Trajectory
 
 console = Console(soft_wrap=True)  # long PASS/FAIL lines stay whole when piped
@@ -179,10 +179,10 @@ def _resolve_policy(
         return ExpertPolicy()
     if name.startswith(("http://", "https://")):
         try:
-            from agentrl.policy.client import PolicyClient
+            from agentrl.rollout.client import PolicyClient
         except ImportError:
             raise _fail(
-                "serving policies from a URL needs agentrl.policy.client, which this install lacks"
+                "serving policies from a URL needs agentrl.rollout.client, which this install lacks"
             ) from None
         if tokenizer is None:
             raise _fail("--policy URL needs --tokenizer MODEL_DIR (the directory of the served checkpoint)")

@@ -13,8 +13,8 @@ from gymnasium.utils.env_checker import check_env
 
 import agentrl
 from agentrl.errors import ConfigError
-from agentrl.manager import EnvManager
-from agentrl.policy.scripted import ExpertPolicy, RandomPolicy
+from agentrl.rollout.manager import EnvManager
+from agentrl.rollout.scripted import ExpertPolicy, RandomPolicy
 from agentrl.trajectory import StopReason
 
 ENV_IDS = ["code/Python-v0", "code/PythonSingleTurn-v0", "code/PythonTool-v0"]

@@ -14,8 +14,8 @@ import asyncio
 import statistics
 import time
 
-from agentrl.manager import EnvManager
-from agentrl.policy.scripted import ExpertPolicy, RandomPolicy
+from agentrl.rollout.manager import EnvManager
+from agentrl.rollout.scripted import ExpertPolicy, RandomPolicy
 from agentrl.trajectory import Trajectory
 
 

@@ -17,8 +17,8 @@ from agentrl_web.sessions import SessionStore
 from agentrl_web.shop_env import ShopEnv
 from agentrl_web.wiki_env import WikiEnv
 
-from agentrl.manager import EnvManager
-from agentrl.policy.scripted import ExpertPolicy
+from agentrl.rollout.manager import EnvManager
+from agentrl.rollout.scripted import ExpertPolicy
 from agentrl.trajectory import StopReason
 
 

@@ -1,0 +1,64 @@
+"""`agentrl eval`: success rate of a checkpoint on held-out seeds, served in a child process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from agentrl.errors import AgentRLError
+from agentrl.rollout.evaluate import EvalReport, evaluate_server
+from agentrl.serving.process import ServerProcess, resolve_checkpoint
+
+console = Console()
+
+
+def evaluate_checkpoint(checkpoint: str | Path, env_id: str, episodes: int, **kwargs: Any) -> EvalReport:
+    """Serve `checkpoint` (or a run's newest) in a child process for the length of the evaluation."""
+    model_dir = resolve_checkpoint(checkpoint)
+    with ServerProcess(model_dir) as server:
+        return asyncio.run(evaluate_server(server.url, model_dir, env_id, episodes, **kwargs))
+
+
+def evaluate(
+    checkpoint: Annotated[Path, typer.Argument(help="model, checkpoint or run dir (newest checkpoint)")],
+    env_id: Annotated[str, typer.Argument()],
+    n: Annotated[int, typer.Option("-n", help="episodes, one per held-out seed")] = 100,
+    seed_offset: Annotated[int, typer.Option(help="first held-out seed (training stays below)")] = 1_000_000,
+    temperature: Annotated[float, typer.Option(help="0 = greedy")] = 0.0,
+    max_tokens: Annotated[int, typer.Option(help="tokens per action")] = 24,
+    max_turns: Annotated[int | None, typer.Option()] = None,
+    sampling_seed: Annotated[
+        int | None, typer.Option(help="seeds sampling per episode and turn, so reruns agree")
+    ] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+) -> float:
+    """Success rate of a checkpoint on held-out seeds."""
+    try:
+        report = evaluate_checkpoint(
+            checkpoint, env_id, n, seed_offset=seed_offset, temperature=temperature,
+            max_tokens=max_tokens, max_turns=max_turns, sampling_seed=sampling_seed,
+        )  # fmt: skip
+    except AgentRLError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(code=2) from exc
+    if as_json:
+        console.print_json(json.dumps({**report.__dict__, "success_rate": report.success_rate}))
+    else:
+        console.print(
+            f"{env_id}: success {report.success_rate:.1%} ({report.successes}/{report.episodes}), "
+            f"reward {report.reward_mean:+.3f}, {report.turns_mean:.1f} turns, {report.errors} errors; "
+            f"seeds {seed_offset}..{seed_offset + n - 1}, "
+            + ("greedy" if temperature == 0 else f"temperature {temperature}, sampling seed {sampling_seed}")
+        )
+    return report.success_rate
+
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the main app."""
+    app.command("eval")(evaluate)

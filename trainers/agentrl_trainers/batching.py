@@ -1,0 +1,155 @@
+"""From trajectory groups to padded micro-batches of exact tokens.
+
+Samples are built from `Trajectory.token_ids() / loss_mask() / behaviour_logprobs()`, the exact
+tokens the policy saw and sampled; nothing is re-tokenized. Micro-batches are planned by token count:
+sequences are sorted by length and packed greedily while `rows * longest_row` stays within the
+budget, so rows of similar length share a micro-batch and padding stays small. Padding is on the
+right, which a causal model never attends to, so it needs no attention mask. Only the positions that
+predict a loss-mask token are gathered from the logits, which keeps the log-softmax off the (usually
+much longer) prompt and observation tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from agentrl.trajectory import Trajectory, TrajectoryGroup
+from agentrl_trainers.advantages import compute_advantages
+from agentrl_trainers.config import AdvantageEstimator, Aggregation
+
+
+@dataclass
+class Sample:
+    """One trajectory ready for the learner."""
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    behav_logprobs: list[float]
+    advantage: float
+    reward: float
+    proximal_logprobs: Tensor | None = None  # log-probs of the loss tokens under the proximal policy
+
+    @property
+    def num_loss_tokens(self) -> int:
+        # The first token has no prediction, so a loss mask there cannot be trained.
+        return sum(self.loss_mask[1:])
+
+
+@dataclass
+class MicroBatch:
+    """Padded input ids plus flat per-loss-token tensors (N = loss tokens in the micro-batch)."""
+
+    input_ids: Tensor  # [B, T] long, right-padded
+    rows: Tensor  # [N] row of each loss token's predicting position
+    cols: Tensor  # [N] column of the predicting position (the token itself is at cols + 1)
+    targets: Tensor  # [N] the sampled token ids
+    behav_logprobs: Tensor  # [N]
+    advantages: Tensor  # [N]
+    rewards: Tensor  # [N]
+    seq_ids: Tensor  # [N] 0..B-1, which row (sequence) the token belongs to
+    weights: Tensor  # [N] aggregation weights; they sum to 1 over the whole batch, not this micro-batch
+    proximal_logprobs: Tensor | None  # [N] when precomputed
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.targets.numel())
+
+
+def trajectory_is_trainable(trajectory: Trajectory) -> bool:
+    """A trajectory with at least one sampled token after the first position."""
+    return sum(trajectory.loss_mask()[1:]) > 0
+
+
+def build_samples(groups: Sequence[TrajectoryGroup], estimator: AdvantageEstimator) -> list[Sample]:
+    """Compute group advantages and turn every trainable trajectory into a `Sample`.
+
+    Advantages are computed over all trajectories of a group (a trajectory without tokens still
+    tells the group what reward was possible), then only trajectories with loss tokens are kept.
+    """
+    advantages = compute_advantages([g.rewards for g in groups], estimator)
+    samples = []
+    for group, group_adv in zip(groups, advantages, strict=True):
+        for trajectory, adv in zip(group.trajectories, group_adv, strict=True):
+            ids, mask, behav = trajectory.token_ids(), trajectory.loss_mask(), trajectory.behaviour_logprobs()
+            if len(behav) != len(ids):
+                raise ValueError(
+                    f"Trajectory {trajectory.episode_id}: {len(ids)} tokens but {len(behav)} behaviour "
+                    "log-probs; every sampled token needs its log-prob from the policy server"
+                )
+            if sum(mask[1:]) == 0:
+                continue
+            samples.append(Sample(ids, mask, behav, float(adv), trajectory.total_reward))
+    return samples
+
+
+def aggregation_weights(samples: Sequence[Sample], mode: Aggregation) -> list[float]:
+    """Per-sample weight of each of its loss tokens, so the weights of all tokens sum to 1."""
+    if mode == "token":
+        total = sum(s.num_loss_tokens for s in samples)
+        return [1.0 / total] * len(samples)
+    if mode == "sequence":
+        return [1.0 / (s.num_loss_tokens * len(samples)) for s in samples]
+    raise ValueError(f"Unknown aggregation {mode!r}; allowed: 'token', 'sequence'")
+
+
+def plan_micro_batches(lengths: Sequence[int], max_tokens: int, min_batches: int = 1) -> list[list[int]]:
+    """Group sequence indices so each group's padded size (rows * longest) stays within `max_tokens`.
+
+    Longest first, greedy. A sequence longer than the budget gets a micro-batch of its own (it cannot
+    be split without a KV cache). If fewer than `min_batches` groups result, the largest groups are
+    halved until there are enough (or every group holds one sequence).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
+    batches: list[list[int]] = []
+    for index in order:
+        current = batches[-1] if batches else None
+        if current is not None and (len(current) + 1) * lengths[current[0]] <= max_tokens:
+            current.append(index)
+        else:
+            batches.append([index])
+    while len(batches) < min_batches:
+        splittable = [b for b in batches if len(b) > 1]
+        if not splittable:
+            break
+        largest = max(splittable, key=lambda b: len(b) * lengths[b[0]])
+        half = len(largest) // 2
+        batches.remove(largest)
+        batches += [largest[:half], largest[half:]]
+    return batches
+
+
+def collate(samples: Sequence[Sample], weights: Sequence[float], pad_id: int = 0) -> MicroBatch:
+    """Right-pad the samples into one [B, T] batch and flatten their loss tokens."""
+    longest = max(len(s.token_ids) for s in samples)
+    input_ids = torch.full((len(samples), longest), pad_id, dtype=torch.long)
+    rows, cols, targets, behav, adv, rew, wts = [], [], [], [], [], [], []
+    for row, (sample, weight) in enumerate(zip(samples, weights, strict=True)):
+        input_ids[row, : len(sample.token_ids)] = torch.tensor(sample.token_ids, dtype=torch.long)
+        positions = [t for t in range(1, len(sample.token_ids)) if sample.loss_mask[t]]
+        rows += [row] * len(positions)
+        cols += [t - 1 for t in positions]
+        targets += [sample.token_ids[t] for t in positions]
+        behav += [sample.behav_logprobs[t] for t in positions]
+        adv += [sample.advantage] * len(positions)
+        rew += [sample.reward] * len(positions)
+        wts += [weight] * len(positions)
+    proximal = None
+    if all(s.proximal_logprobs is not None for s in samples):
+        proximal = torch.cat([s.proximal_logprobs for s in samples])  # type: ignore[misc]
+    row_tensor = torch.tensor(rows, dtype=torch.long)
+    return MicroBatch(
+        input_ids=input_ids,
+        rows=row_tensor,
+        cols=torch.tensor(cols, dtype=torch.long),
+        targets=torch.tensor(targets, dtype=torch.long),
+        behav_logprobs=torch.tensor(behav, dtype=torch.float32),
+        advantages=torch.tensor(adv, dtype=torch.float32),
+        rewards=torch.tensor(rew, dtype=torch.float32),
+        seq_ids=row_tensor,
+        weights=torch.tensor(wts, dtype=torch.float32),
+        proximal_logprobs=proximal,
+    )

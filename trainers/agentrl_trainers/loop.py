@@ -1,0 +1,502 @@
+"""`agentrl train`: model -> warm start -> policy server -> rollouts -> buffer -> learner -> weights.
+
+One run directory holds everything, so a run can be killed at any moment and resumed:
+
+    OUT/model_init/          the freshly built model (when the config does not name one)
+    OUT/sft/                 the warm-started model (with a DONE marker once complete)
+    OUT/checkpoints/step_N/  HF model dir + learner_state.pt + state.json (atomic: tmp dir, rename)
+    OUT/metrics.jsonl        one record per step (and per evaluation); OUT/tb/ TensorBoard
+    OUT/plots/*.png          reward / success vs step and vs wall-clock, written at the end
+    OUT/server.log           the policy server's output
+
+Two concurrent parts share one asyncio loop: the producer streams groups from the
+`EnvManager` (its seeds come from `StalenessBuffer.admitted`, which pauses rollout while it is
+more than `max_staleness` versions ahead) into the buffer; the trainer takes a batch, runs the
+optimizer step in a worker thread (torch releases the GIL, so rollout bookkeeping continues),
+pushes the new weights to the server over HTTP and bumps the buffer's version. With
+`max_staleness=0` (`--mode sync`) the same code degenerates to generate-train-push-repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import torch
+
+from agentrl.errors import AgentRLError, PolicyError
+from agentrl.rollout.evaluate import evaluate_server
+from agentrl.rollout.manager import EnvManager
+from agentrl.serving.checkpoint import init_checkpoint
+from agentrl.serving.model import CausalLM
+from agentrl.serving.process import ServerProcess
+from agentrl.tokenizer import ChatTokenizer
+from agentrl.trajectory import Trajectory, TrajectoryGroup
+from agentrl_trainers.buffer import StalenessBuffer
+from agentrl_trainers.config import TrainConfig
+from agentrl_trainers.learner import Learner
+from agentrl_trainers.metrics import MetricsWriter, plot_metrics, read_metrics, truncate_after
+from agentrl_trainers.sft import copy_tokenizer_files, warm_start
+
+STATE_JSON = "state.json"
+
+
+@dataclass
+class RunPaths:
+    """Where each artefact of a run lives."""
+
+    root: Path
+
+    @property
+    def model_init(self) -> Path:
+        return self.root / "model_init"
+
+    @property
+    def sft(self) -> Path:
+        return self.root / "sft"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def plots(self) -> Path:
+        return self.root / "plots"
+
+    def checkpoint(self, step: int) -> Path:
+        return self.checkpoints / f"step_{step:06d}"
+
+    def latest_checkpoint(self) -> Path | None:
+        """The newest complete checkpoint (its state.json is written last, so it marks completion)."""
+        if not self.checkpoints.is_dir():
+            return None
+        done = sorted(p for p in self.checkpoints.glob("step_*") if (p / STATE_JSON).is_file())
+        return done[-1] if done else None
+
+
+@dataclass
+class TrainResult:
+    """What a finished run reports (also printed by the CLI)."""
+
+    out: Path
+    steps: int
+    version: int
+    wall_time: float
+    warm_start_success: float | None = None
+    final_success: float | None = None
+    plots: list[Path] = field(default_factory=list)
+
+
+@dataclass
+class _Rollouts:
+    """Trajectory statistics gathered by the manager's hook between two optimizer steps."""
+
+    episodes: int = 0
+    successes: int = 0
+    reward: float = 0.0
+    turns: int = 0
+    action_tokens: int = 0
+    format_errors: int = 0
+
+    def add(self, trajectory: Trajectory) -> None:
+        if not trajectory.stop_reason.finished:
+            return
+        self.episodes += 1
+        self.successes += trajectory.success
+        self.reward += trajectory.total_reward
+        self.turns += len(trajectory.turns)
+        self.action_tokens += trajectory.num_action_tokens
+        self.format_errors += sum(bool(t.info.get("format_error")) for t in trajectory.turns)
+
+    def drain(self) -> dict[str, float]:
+        n = max(self.episodes, 1)
+        out = {
+            "rollout/episodes": float(self.episodes),
+            "rollout/success_rate": self.successes / n,
+            "rollout/reward_mean": self.reward / n,
+            "rollout/turns_mean": self.turns / n,
+            "rollout/format_error_rate": self.format_errors / max(self.turns, 1),
+            "rollout/action_tokens": float(self.action_tokens),
+        }
+        self.__init__()  # type: ignore[misc]
+        return out
+
+
+class BusyCores:
+    """How many cores the trainer and server processes kept busy since `start()`.
+
+    Logged per step as `cpu_busy_cores`: it shows how much of the machine each mode uses, and so
+    how much room overlapping rollout and training has (sync at U of N busy cores can at best
+    become N/U times faster by overlapping; bench/async_vs_sync.py prints that bound).
+    """
+
+    def __init__(self, server: ServerProcess) -> None:
+        self.server = server
+        self.start()
+
+    def _now(self) -> tuple[float, float]:
+        return time.perf_counter(), time.process_time() + (self.server.cpu_seconds() or 0.0)
+
+    def start(self) -> None:
+        self._start = self._now()
+
+    def read(self) -> float:
+        (wall0, cpu0), (wall1, cpu1) = self._start, self._now()
+        return (cpu1 - cpu0) / max(wall1 - wall0, 1e-9)
+
+
+def batch_metrics(groups: list[TrajectoryGroup]) -> dict[str, float]:
+    """Reward and success of the trajectories actually trained on."""
+    trajectories = [t for g in groups for t in g.trajectories]
+    return {
+        "reward_mean": float(np.mean([t.total_reward for t in trajectories])),
+        "success_rate": float(np.mean([t.success for t in trajectories])),
+        "turns_mean": float(np.mean([len(t.turns) for t in trajectories])),
+    }
+
+
+async def push_weights(client: httpx.AsyncClient, base_url: str, state_dict: dict[str, torch.Tensor]) -> int:
+    """POST the weights as a safetensors body; return the server's new version."""
+    from safetensors.torch import save
+
+    unique: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in state_dict.items():  # tied weights (lm_head = embeddings) go once
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            unique[name] = tensor.contiguous()
+    body = await asyncio.to_thread(save, unique)
+    response = await client.post(
+        f"{base_url}/v1/weights/state_dict",
+        content=body,
+        headers={"content-type": "application/octet-stream"},
+        timeout=300.0,
+    )
+    if response.status_code != 200:
+        raise PolicyError(f"weight push failed: HTTP {response.status_code} {response.text[:300]}")
+    return int(response.json()["version"])
+
+
+def prepare_model(config: TrainConfig, paths: RunPaths, log: Any = print) -> Path:
+    """The directory RL starts from: the configured model, or a built one, warm-started if asked."""
+    if config.model.path is not None:
+        base = Path(config.model.path)
+        if not (base / "config.json").is_file():
+            raise AgentRLError(f"model.path {base} is not a checkpoint directory (no config.json)")
+    else:
+        base = paths.model_init
+        if not (base / "config.json").is_file():
+            log(f"building a {config.model.init!r} model in {base}")
+            tmp = base.with_name(base.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            init_checkpoint(tmp, config.model.init, seed=config.model.seed)
+            os.replace(tmp, base)
+    if config.sft.episodes == 0:
+        return base
+    done = paths.sft / "DONE"
+    if done.is_file():
+        return paths.sft
+    log(f"warm start: SFT on {config.sft.episodes} expert episodes of {config.env.id}")
+    tmp = paths.sft.with_name("sft.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    result = asyncio.run(
+        warm_start(
+            base,
+            tmp,
+            config.env.id,
+            episodes=config.sft.episodes,
+            epochs=config.sft.epochs,
+            batch_size=config.sft.batch_size,
+            lr=config.sft.lr,
+            seed_start=config.sft.seed_start,
+            env_kwargs=config.env.kwargs,
+            max_turns=config.env.max_turns,
+            seed=config.seed,
+        )
+    )
+    (tmp / "DONE").write_text(json.dumps(result.__dict__) + "\n")
+    shutil.rmtree(paths.sft, ignore_errors=True)
+    os.replace(tmp, paths.sft)
+    log(f"warm start done: loss {result.first_loss:.3f} -> {result.final_loss:.3f} over {result.steps} steps")
+    return paths.sft
+
+
+class TrainingRun:
+    """One `agentrl train` invocation (fresh or resumed)."""
+
+    def __init__(self, config: TrainConfig, *, resume: bool = False, progress: Any = None) -> None:
+        self.config = config
+        self.paths = RunPaths(Path(config.out))
+        self.resume = resume
+        self.progress = progress  # an object with .log(str) and .update(step, total, metrics)
+        self._rollouts = _Rollouts()
+
+    def _log(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress.log(message)
+
+    def run(self) -> TrainResult:
+        config, paths = self.config, self.paths
+        paths.root.mkdir(parents=True, exist_ok=True)
+        latest = paths.latest_checkpoint()
+        if latest is not None and not self.resume:
+            raise AgentRLError(
+                f"{paths.root} already has checkpoints ({latest.name}); pass --resume to continue it "
+                "or --out to start a new run elsewhere"
+            )
+        (paths.root / "config.yaml").write_text(_dump_yaml(config))
+        torch.manual_seed(config.seed)
+        np.random.seed(config.seed)
+        start_dir = prepare_model(config, paths, self._log)
+        return asyncio.run(self._run_async(start_dir, latest if self.resume else None))
+
+    async def _run_async(self, start_dir: Path, checkpoint: Path | None) -> TrainResult:
+        config, paths = self.config, self.paths
+        tokenizer_dir = self.tokenizer_dir = start_dir
+        model = CausalLM.from_pretrained(checkpoint or start_dir)
+        tokenizer = ChatTokenizer(tokenizer_dir)
+        learner = Learner(model, config.learner, pad_id=tokenizer.pad_token_id or 0)
+        state: dict[str, Any] = {"step": 0, "next_seed": config.schedule.train_seed_start, "wall_time": 0.0}
+        if checkpoint is not None:
+            learner.load(checkpoint)
+            state = json.loads((checkpoint / STATE_JSON).read_text())
+            truncate_after(paths.root / "metrics.jsonl", state["step"])
+            self._log(f"resumed from {checkpoint.name}: step {state['step']}, version {learner.version}")
+        serve_dir = checkpoint or start_dir
+        server_threads, trainer_threads = config.cpu_threads(len(os.sched_getaffinity(0)))
+        torch.set_num_threads(trainer_threads)
+        server = ServerProcess(
+            serve_dir,
+            host=config.server.host,
+            port=config.server.port,
+            log_path=paths.root / "server.log",
+            threads=server_threads,
+            startup_timeout=config.server.startup_timeout,
+        )
+        writer = MetricsWriter(paths.root)
+        result = TrainResult(out=paths.root, steps=state["step"], version=learner.version, wall_time=0.0)
+        server.start()  # from the main thread: the server dies with the thread that started it
+        try:
+            async with httpx.AsyncClient() as http:
+                await self._train(learner, server, http, writer, tokenizer_dir, state, result)
+        finally:
+            server.stop()
+            writer.close()
+        result.plots = plot_metrics(read_metrics(paths.root / "metrics.jsonl"), paths.plots)
+        return result
+
+    async def _train(
+        self,
+        learner: Learner,
+        server: ServerProcess,
+        http: httpx.AsyncClient,
+        writer: MetricsWriter,
+        tokenizer_dir: Path,
+        state: dict[str, Any],
+        result: TrainResult,
+    ) -> None:
+        config, schedule = self.config, self.config.schedule
+        url = server.url
+        policy = make_client(url, tokenizer_dir, config, temperature=config.sampling.temperature)
+        # A restarted server counts versions from 0 again; token versions and the buffer live in
+        # the server's count, checkpoints and metrics in the learner's (which survives resumes).
+        offset = learner.version - await _server_version(http, url)
+        buffer = StalenessBuffer(
+            schedule.groups_per_step,
+            config.effective_max_staleness,
+            version=learner.version - offset,
+            dynamic_filter=config.buffer.dynamic_filter,
+            tail_batching=config.buffer.tail_batching,
+        )
+        manager = EnvManager(
+            config.env.id,
+            policy,
+            group_size=config.env.group_size,
+            redundancy=config.env.redundancy,
+            max_concurrency=max(config.env.concurrency, config.env.group_size + config.env.redundancy),
+            max_turns=config.env.max_turns,
+            step_timeout=config.env.step_timeout,
+            episode_timeout=config.env.episode_timeout,
+            env_kwargs=config.env.kwargs,
+            on_trajectory=self._rollouts.add,
+        )
+        seeds = _SeedCounter(state["next_seed"], schedule.eval_seed_offset)
+
+        async def produce() -> None:
+            async for group in manager.stream(buffer.admitted(seeds)):
+                await buffer.put(group)
+
+        if state["step"] == 0 and schedule.eval_episodes > 0:
+            success = await self._evaluate(url, learner.version, writer, 0, 0.0)
+            result.warm_start_success = success
+        # Wall-clock counts from the first rollout (the warm-start evaluation is not training).
+        wall_offset = float(state["wall_time"])
+        started = time.perf_counter()
+
+        def wall() -> float:
+            return wall_offset + time.perf_counter() - started
+
+        busy = BusyCores(server)
+        producer = asyncio.create_task(produce())
+        step = state["step"]
+        try:
+            while step < schedule.steps:
+                step_started = time.perf_counter()
+                busy.start()
+                batch = buffer.get_batch(schedule.groups_per_step, learner.version - offset)
+                groups = await _first(batch, producer)
+                waited = time.perf_counter() - step_started
+                metrics = await asyncio.to_thread(learner.train_step, groups)
+                version = await push_weights(http, url, learner.state_dict())
+                if version + offset != learner.version:
+                    raise PolicyError(
+                        f"server is at version {version}+{offset}, learner at {learner.version}"
+                    )
+                await buffer.set_version(version)
+                step += 1
+                step_seconds = time.perf_counter() - step_started
+                record = {
+                    **batch_metrics(groups),
+                    **{f"learner/{k}": v for k, v in metrics.items()},
+                    **self._rollouts.drain(),
+                    **buffer.metrics(),
+                    "version": learner.version,
+                    "wall_time": wall(),
+                    "step_seconds": step_seconds,
+                    "trainer_wait_s": waited,
+                    "tokens_per_s": metrics["tokens"] / max(step_seconds, 1e-9),
+                    "cpu_busy_cores": busy.read(),
+                    "env_steps": manager.stats.env_steps,
+                }
+                writer.log(step, record)
+                if self.progress is not None:
+                    self.progress.update(step, schedule.steps, record)
+                if schedule.eval_every and step % schedule.eval_every == 0 and step < schedule.steps:
+                    await self._evaluate(url, learner.version, writer, step, wall())
+                if step % schedule.checkpoint_every == 0 or step == schedule.steps:
+                    await asyncio.to_thread(
+                        self._save_checkpoint, learner, tokenizer_dir, step, seeds.next, wall()
+                    )
+        finally:
+            producer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await producer
+            await buffer.close()
+            await manager.aclose()
+            await policy.aclose()
+        result.steps, result.version = step, learner.version
+        result.wall_time = wall()
+        if schedule.eval_episodes > 0:
+            result.final_success = await self._evaluate(url, learner.version, writer, step, wall())
+
+    async def _evaluate(self, url: str, version: int, writer: MetricsWriter, step: int, wall: float) -> float:
+        config = self.config
+        report = await evaluate_server(
+            url,
+            self.tokenizer_dir,
+            config.env.id,
+            config.schedule.eval_episodes,
+            seed_offset=config.schedule.eval_seed_offset,
+            temperature=config.sampling.eval_temperature,
+            max_tokens=config.sampling.max_tokens,
+            env_kwargs=config.env.kwargs,
+            max_turns=config.env.max_turns,
+            concurrency=config.env.concurrency,
+        )
+        writer.log(
+            step,
+            {
+                "eval_success_rate": report.success_rate,
+                "eval_reward_mean": report.reward_mean,
+                "eval_episodes": report.episodes,
+                "wall_time": wall,
+                "version": version,
+            },
+        )
+        self._log(
+            f"eval at step {step} (version {version}): success {report.success_rate:.1%} "
+            f"over {report.episodes} held-out episodes"
+        )
+        return report.success_rate
+
+    def _save_checkpoint(
+        self, learner: Learner, tokenizer_dir: Path, step: int, next_seed: int, wall: float
+    ) -> None:
+        """Write checkpoint `step` atomically and keep the two newest."""
+        final = self.paths.checkpoint(step)
+        tmp = final.with_name(final.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        learner.save(tmp)
+        copy_tokenizer_files(tokenizer_dir, tmp)
+        state = {"step": step, "version": learner.version, "next_seed": next_seed, "wall_time": wall}
+        (tmp / STATE_JSON).write_text(json.dumps(state) + "\n")
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        complete = sorted(p for p in self.paths.checkpoints.glob("step_*") if (p / STATE_JSON).is_file())
+        for old in complete[:-2]:
+            shutil.rmtree(old, ignore_errors=True)
+        self._log(f"checkpoint {final}")
+
+
+async def _server_version(http: httpx.AsyncClient, url: str) -> int:
+    response = await http.get(f"{url}/health", timeout=30.0)
+    response.raise_for_status()
+    return int(response.json()["version"])
+
+
+def make_client(url: str, tokenizer_dir: Path, config: TrainConfig, *, temperature: float) -> Any:
+    """A `PolicyClient` for the training or evaluation sampling settings."""
+    from agentrl.generation import SamplingParams
+    from agentrl.rollout.client import PolicyClient
+
+    params = SamplingParams(
+        max_tokens=config.sampling.max_tokens, temperature=temperature, top_p=config.sampling.top_p
+    )
+    return PolicyClient(url, tokenizer_dir, sampling=params)
+
+
+class _SeedCounter(Iterator[int]):
+    """Training seeds counted up from the start; remembers where it is, for checkpoints."""
+
+    def __init__(self, start: int, limit: int) -> None:
+        self.next = start
+        self.limit = limit
+
+    def __iter__(self) -> _SeedCounter:
+        return self
+
+    def __next__(self) -> int:
+        if self.next >= self.limit:
+            raise AgentRLError(f"training seeds reached the held-out range at {self.limit}")
+        seed, self.next = self.next, self.next + 1
+        return seed
+
+
+async def _first(awaitable: Any, producer: asyncio.Task[None]) -> Any:
+    """Await `awaitable`, but raise at once if the producer died (else the trainer waits forever)."""
+    waiter = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({waiter, producer}, return_when=asyncio.FIRST_COMPLETED)
+    if waiter in done:
+        return waiter.result()
+    waiter.cancel()
+    exc = producer.exception() if not producer.cancelled() else None
+    raise AgentRLError(f"rollout producer stopped: {exc!r}") from exc
+
+
+def _dump_yaml(config: TrainConfig) -> str:
+    import yaml
+
+    buffer = io.StringIO()
+    yaml.safe_dump(config.model_dump(mode="json"), buffer, sort_keys=False)
+    return buffer.getvalue()

@@ -1,0 +1,61 @@
+"""`--resume` after `kill -9`: the run continues from its last checkpoint and finishes.
+
+The step counter, the policy version, the optimizer state and the RNG come back from the
+checkpoint; the metrics of steps after it (lost work) are dropped and redone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from agentrl_trainers.metrics import read_metrics
+
+CONFIG = {
+    "mode": "async",
+    "env": {"id": "games/GuessNumber-v0", "group_size": 4, "max_turns": 5},
+    "sampling": {"max_tokens": 10},
+    "buffer": {"max_staleness": 1, "dynamic_filter": False},
+    "schedule": {"steps": 6, "groups_per_step": 2, "checkpoint_every": 2, "eval_episodes": 0},
+    "sft": {"episodes": 8},
+}
+
+
+def _train(config: Path, *extra: str) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-c", "from agentrl.cli import main; main()", "train", str(config), *extra]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_kill_9_then_resume_finishes_with_the_step_counter_continuing(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({**CONFIG, "out": str(run)}))
+
+    first = _train(config)
+    deadline = time.monotonic() + 240
+    while not (run / "checkpoints/step_000002/state.json").exists():
+        assert first.poll() is None, first.stdout.read().decode()[-3000:]  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, "no checkpoint within 240 s"
+        time.sleep(0.2)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    killed_at = max(r["step"] for r in read_metrics(run / "metrics.jsonl") if "learner/loss" in r)
+    assert 2 <= killed_at < 6
+
+    second = _train(config, "--resume")
+    output, _ = second.communicate(timeout=240)
+    text = output.decode()
+    assert second.returncode == 0, text[-3000:]
+    assert "resumed from step_00000" in text
+
+    records = [r for r in read_metrics(run / "metrics.jsonl") if "learner/loss" in r]
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert [r["version"] for r in records] == [1, 2, 3, 4, 5, 6]
+    walls = [r["wall_time"] for r in records]
+    assert walls == sorted(walls)  # wall-clock carries across the restart
+    assert (run / "checkpoints/step_000006/state.json").is_file()
