@@ -8,7 +8,8 @@ import itertools
 import pytest
 
 from agentrl.generation import SamplingParams
-from agentrl.rollout.client import PolicyClient, _Episode
+from agentrl.rollout.client import PolicyClient
+from agentrl.rollout.ledger import TokenLedger
 from agentrl.rollout.protocol import PolicyInput
 from agentrl.serving.engine import TorchEngine
 from tests.policy_server_helpers import running_server
@@ -79,19 +80,16 @@ async def test_a_seeded_client_samples_the_same_tokens_for_the_same_episode_and_
 
 
 def test_boundary_equals_apply_chat_template_for_canonical_eos_terminated_turns(tokenizer):
-    """If each reply was sampled as its canonical tokens + <|im_end|>, the client's tokens equal
+    """If each reply was sampled as its canonical tokens + <|im_end|>, the ledger's tokens equal
     `apply_chat_template` of the whole conversation: the separator "\\n" sits right after <|im_end|>."""
-    client = PolicyClient.__new__(PolicyClient)
-    client.tokenizer = tokenizer
-    episode = _Episode()
+    ledger = TokenLedger(tokenizer)
     messages = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "2 + 2 ?"}]
     replies = ["4", "It is 4, as said before.", "ok"]
     for i, reply in enumerate(replies):
-        prompt = client._new_prompt_tokens(episode, messages)
-        sampled = [*tokenizer.encode(reply), tokenizer.end_of_turn_id]
-        episode.tokens += prompt + sampled
-        episode.n_messages, episode.closed = len(messages), True
+        prompt = ledger.next_prompt(messages)
+        sampled = ledger.action_tokens(reply)
+        ledger.record(prompt, sampled, messages_seen=len(messages))
         messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": f"next {i}"}]
     whole = tokenizer.encode_chat(messages[:-1], add_generation_prompt=False)
     # The template ends the last assistant turn with "<|im_end|>\n"; the client stops at <|im_end|>.
-    assert episode.tokens + tokenizer.encode("\n") == whole
+    assert ledger.tokens + tokenizer.encode("\n") == whole

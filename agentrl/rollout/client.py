@@ -1,20 +1,9 @@
 """`PolicyClient`: the EnvManager's LLM policy, talking to the policy server's token route.
 
-Token-in/token-out. Per episode the client keeps the exact token ids of the conversation so far
-(prompts it sent and tokens the server sampled). Each turn it renders ONLY the new messages with
-the chat template, appends their tokens, and sends the whole prefix with the episode id as
-`session_id` (so the server re-encodes only the new tokens). History is never re-tokenized.
-
-The boundary between turns: if the sampled turn ended with the end-of-turn token (`<|im_end|>`),
-the next prompt tokens start with the template's separator ("\\n") then the new messages and the
-generation prompt ("\\n<|im_start|>user\\n...<|im_end|>\\n<|im_start|>assistant\\n"); if it ended
-otherwise (length limit, stop string) the client first appends the end-of-turn token itself, so the
-context stays a well-formed conversation. Concatenating every turn's `prompt_token_ids` and
-`token_ids` gives exactly the last prompt the server received plus its last sample. For turns
-that ended with the end-of-turn token and whose sampled tokens are the tokenizer's own encoding
-of the text, that equals `tokenizer.apply_chat_template(whole conversation)`; when the model
-sampled a non-canonical split of its text, the client's tokens are the truth (they are what the
-model saw) and re-tokenizing the conversation would differ: that is the drift this avoids.
+Token-in/token-out. Per episode the client keeps a `TokenLedger` (agentrl/rollout/ledger.py: the
+one definition of an episode's token layout, shared with SFT): each turn it appends only the new
+messages' tokens and sends the whole prefix with the episode id as `session_id`, so the server
+re-encodes only the new tokens. History is never re-tokenized.
 """
 
 from __future__ import annotations
@@ -23,7 +12,6 @@ import asyncio
 import dataclasses
 import logging
 import random
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +20,7 @@ import httpx
 from agentrl.errors import PolicyError
 from agentrl.generation import SamplingParams
 from agentrl.rollout.http_pool import ShardedAsyncClient
+from agentrl.rollout.ledger import TokenLedger
 from agentrl.rollout.protocol import PolicyInput, PolicyOutput
 from agentrl.tokenizer import ChatTokenizer
 
@@ -39,13 +28,6 @@ RETRY_STATUS = {429, 502, 503, 504}
 RELEASE_TIMEOUT = 2.0  # seconds for a best-effort session release
 RELEASE_DELAY = 0.05  # seconds to gather ended episodes into one release (a group ends together)
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class _Episode:
-    tokens: list[int] = field(default_factory=list)
-    n_messages: int = 0  # how many of the conversation's messages are already in `tokens`
-    closed: bool = True  # the last sampled turn ended with the end-of-turn token
 
 
 class PolicyClient:
@@ -74,7 +56,7 @@ class PolicyClient:
         self.sampling = sampling or SamplingParams()
         self.max_retries, self.backoff = max_retries, backoff
         self.http = ShardedAsyncClient(base_url, timeout=timeout, max_connections=max_connections)
-        self._episodes: dict[str, _Episode] = {}
+        self._episodes: dict[str, TokenLedger] = {}
         self._ended: list[str] = []  # episodes whose server sessions are not released yet
         self._releaser: asyncio.Task[None] | None = None
 
@@ -126,41 +108,21 @@ class PolicyClient:
         }
         return await self.request("POST", "/v1/generate", json=body)
 
-    async def load_weights(self, path: str | Path) -> int:
-        return int((await self.request("POST", "/v1/weights/load", json={"path": str(path)}))["version"])
-
-    async def push_state_dict(self, state: dict[str, Any]) -> int:
-        from safetensors.torch import save
-
-        payload = save({k: v.detach().contiguous().cpu() for k, v in state.items()})
-        return int((await self.request("POST", "/v1/weights/state_dict", content=payload))["version"])
-
     # ---- the Policy protocol -------------------------------------------------------------------
 
-    def _new_prompt_tokens(self, episode: _Episode, messages: list[dict[str, Any]]) -> list[int]:
-        """The tokens to append for the messages this episode has not seen yet (see module doc)."""
-        if not episode.tokens:
-            return self.tokenizer.encode_chat(messages, add_generation_prompt=True)
-        new = messages[episode.n_messages :]
-        if new and new[0]["role"] == "assistant":
-            new = new[1:]  # our own reply: its exact sampled tokens are already in the context
-        if not new:
-            raise PolicyError("no new message since the last turn; nothing to respond to")
-        return self.tokenizer.encode(self.tokenizer.continuation_text(new, closed=episode.closed))
-
     async def __call__(self, request: PolicyInput) -> PolicyOutput:
-        episode = self._episodes.setdefault(request.episode_id, _Episode())
+        ledger = self._episodes.get(request.episode_id)
+        if ledger is None:
+            ledger = self._episodes[request.episode_id] = TokenLedger(self.tokenizer)
         messages = [dict(m) for m in request.messages]
-        prompt = self._new_prompt_tokens(episode, messages)
+        prompt = ledger.next_prompt(messages)
         params = self.sampling
         if self.seed is not None and request.seed is not None:
             key = hash((self.seed, request.seed, request.index, request.turn))  # ints: stable across runs
             params = dataclasses.replace(params, seed=key & (2**63 - 1))
-        out = await self.generate(episode.tokens + prompt, params, session_id=request.episode_id)
+        out = await self.generate(ledger.tokens + prompt, params, session_id=request.episode_id)
         sampled: list[int] = out["token_ids"]
-        episode.tokens += prompt + sampled
-        episode.n_messages = len(messages)
-        episode.closed = bool(sampled) and sampled[-1] == self.tokenizer.end_of_turn_id
+        ledger.record(prompt, sampled, messages_seen=len(messages))
         return PolicyOutput(
             text=self.tokenizer.decode(sampled, skip_special_tokens=True),
             prompt_token_ids=prompt,

@@ -4,12 +4,11 @@ A freshly initialised model cannot produce `<answer>5</answer>`, so RL from scra
 only format errors. A short SFT pass on expert episodes teaches the action format (and a little
 of the strategy) so that RL starts from a policy that sometimes succeeds.
 
-The expert episodes are played by the real `EnvManager` with `ExpertTokenPolicy`, which builds
-each turn's tokens exactly the way the policy client does for an LLM: the first prompt is the
-chat template with the generation prompt; later prompts are the template's continuation after
-a closed assistant turn; the action is the encoded text followed by the end-of-turn token (what
-the engine samples when it stops). So the SFT sequences are the same token layout as the RL
-trajectories, and the loss is on the action tokens only (the trajectory's loss mask).
+The expert episodes are played by the real `EnvManager` with `ExpertTokenPolicy`, which lays out
+each turn's tokens with the same `TokenLedger` the RL policy client uses (the action is the
+encoded text followed by the end-of-turn token, what the engine samples when it stops). So the
+SFT sequences are the RL trajectories' token layout by construction, and the loss is on the
+action tokens only (the trajectory's loss mask).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from agentrl.rollout.ledger import TokenLedger
 from agentrl.rollout.manager import EnvManager
 from agentrl.rollout.protocol import PolicyInput, PolicyOutput
 from agentrl.serving.model import CausalLM
@@ -42,18 +42,15 @@ class ExpertTokenPolicy:
 
     def __init__(self, tokenizer: ChatTokenizer) -> None:
         self.tokenizer = tokenizer
-        self._seen: dict[str, int] = {}  # episode id -> messages already in the token prefix
+        self._ledgers: dict[str, TokenLedger] = {}
 
     async def __call__(self, request: PolicyInput) -> PolicyOutput:
-        tok = self.tokenizer
-        seen = self._seen.get(request.episode_id)
-        if seen is None:
-            prompt = tok.encode_chat(list(request.messages), add_generation_prompt=True)
-        else:  # the previous assistant turn closed with the end-of-turn token
-            prompt = tok.encode(tok.continuation_text(list(request.messages[seen + 1 :]), closed=True))
-        self._seen[request.episode_id] = len(request.messages)
+        ledger = self._ledgers.setdefault(request.episode_id, TokenLedger(self.tokenizer))
+        messages = [dict(m) for m in request.messages]
+        prompt = ledger.next_prompt(messages)
         text = request.env.expert_action()
-        action = [*tok.encode(text), tok.end_of_turn_id]
+        action = ledger.action_tokens(text)
+        ledger.record(prompt, action, messages_seen=len(messages))
         return PolicyOutput(
             text=text,
             prompt_token_ids=prompt,
@@ -64,7 +61,7 @@ class ExpertTokenPolicy:
         )
 
     async def end_episode(self, episode_id: str) -> None:
-        self._seen.pop(episode_id, None)
+        self._ledgers.pop(episode_id, None)
 
 
 async def collect_expert_trajectories(
