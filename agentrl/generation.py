@@ -25,3 +25,7 @@ class GenerationResult:
     finish_reason: str  # "stop" (EOS, stop token or stop string), "length", or "abort"
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0  # prompt tokens served from a kept KV prefix, not re-encoded
+
+
+# The HTTP header that carries a weight push's policy version (the trainer owns the count).
+POLICY_VERSION_HEADER = "X-Policy-Version"

@@ -11,7 +11,7 @@ import torch
 from agentrl.generation import SamplingParams
 from agentrl.serving.checkpoint import init_checkpoint
 from agentrl.serving.engine import TorchEngine
-from agentrl.serving.engine_api import EngineOverloaded, InvalidRequest
+from agentrl.serving.engine_api import EngineOverloaded, InvalidRequest, StaleVersion
 from agentrl.serving.model import CausalLM
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
@@ -114,7 +114,7 @@ async def test_weight_update_mid_stream_switches_versions_and_weights(engine, ck
     task = asyncio.create_task(engine.generate(prompt, SamplingParams(max_tokens=200, temperature=0.0)))
     while engine.stats.generated_tokens < 5:
         await asyncio.sleep(0.001)
-    assert await engine.update_weights(new_state) == 1
+    assert await engine.update_weights(new_state, version=1) == 1
     r = await task
     switch = r.versions.index(1)
     assert switch > 0 and r.versions == [0] * switch + [1] * (len(r.versions) - switch)
@@ -128,8 +128,11 @@ async def test_weight_update_mid_stream_switches_versions_and_weights(engine, ck
 
 
 async def test_weight_update_from_a_checkpoint_directory(engine, ckpt):
-    version = await engine.update_weights(str(ckpt))
-    assert version == engine.version == 1
+    version = await engine.update_weights(str(ckpt), version=7)
+    assert version == engine.version == 7  # exactly the caller's number: the trainer owns it
+    with pytest.raises(StaleVersion):
+        await engine.update_weights(str(ckpt), version=6)
+    assert engine.version == 7
 
 
 async def test_stop_strings_and_stop_tokens(engine):

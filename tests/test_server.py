@@ -46,9 +46,14 @@ async def test_token_route_weights_health_and_metrics(ckpt, tokenizer, tmp_path)
 
         state = {k: v + 0.01 for k, v in engine.model.state_dict().items() if k != "lm_head.weight"}
         r = await http.post("/v1/weights/state_dict", content=save(state))
+        # The trainer owns the version: a push without one is refused.
+        assert r.status_code == 400 and "X-Policy-Version" in r.json()["error"]["message"]
+        r = await http.post("/v1/weights/state_dict", content=save(state), headers={"X-Policy-Version": "1"})
         assert r.json() == {"version": 1}
-        r = await http.post("/v1/weights/load", json={"path": str(ckpt)})
+        r = await http.post("/v1/weights/load", json={"path": str(ckpt), "version": 2})
         assert r.json() == {"version": 2}
+        r = await http.post("/v1/weights/load", json={"path": str(ckpt), "version": 1})
+        assert r.status_code == 409 and "stale version" in r.json()["error"]["message"]
         norm = engine.model.model.norm.weight  # back to the checkpoint's (all-ones) norm weights
         torch.testing.assert_close(norm, torch.ones_like(norm))
         out = (await http.post("/v1/generate", json=body)).json()
@@ -80,9 +85,9 @@ async def test_bad_requests_get_4xx_with_a_message(ckpt, tokenizer):
         assert r.status_code == 400 and "messages.0.role" in r.json()["error"]["message"]
         r = await http.post("/v1/generate", json={"prompt_token_ids": [10**7]})
         assert r.status_code == 400 and "out of range" in r.json()["error"]["message"]
-        r = await http.post("/v1/weights/load", json={"path": "/nonexistent"})
+        r = await http.post("/v1/weights/load", json={"path": "/nonexistent", "version": 1})
         assert r.status_code == 400
-        r = await http.post("/v1/weights/state_dict", content=b"garbage")
+        r = await http.post("/v1/weights/state_dict", content=b"garbage", headers={"X-Policy-Version": "1"})
         assert r.status_code == 400
 
 

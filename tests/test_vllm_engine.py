@@ -55,14 +55,14 @@ def test_vllm_engine_tokens_logprobs_and_weight_update(tmp_path):
             with torch.no_grad():
                 for param in model.parameters():
                     param.add_(torch.randn_like(param) * 0.05)
-            assert await engine.update_weights(model.state_dict()) == 1
+            assert await engine.update_weights(model.state_dict(), version=1) == 1
             after = await engine.generate(PROMPT, sample)
             assert after.versions == [1] * len(after.token_ids)
             expected = reference_logprobs(model, PROMPT, after.token_ids)
             torch.testing.assert_close(torch.tensor(after.logprobs), expected, atol=2e-3, rtol=0)
 
             # And from a checkpoint directory (the original weights): version 2.
-            assert await engine.update_weights(str(checkpoint)) == 2
+            assert await engine.update_weights(str(checkpoint), version=2) == 2
             assert (await engine.generate(PROMPT, greedy)).token_ids == first.token_ids
         finally:
             await engine.stop()
@@ -94,9 +94,10 @@ def test_vllm_behind_the_http_server(tmp_path):
                 tokens = (await http.post("/v1/generate", json=request)).json()
                 assert len(tokens["token_ids"]) == len(tokens["logprobs"]) == len(tokens["versions"]) > 0
                 assert set(tokens["versions"]) == {0}
-                loaded = (await http.post("/v1/weights/load", json={"path": str(checkpoint)})).json()
-                assert loaded["version"] == 1
+                body = {"path": str(checkpoint), "version": 3}
+                loaded = (await http.post("/v1/weights/load", json=body)).json()
+                assert loaded["version"] == 3
                 tokens = (await http.post("/v1/generate", json=request)).json()
-                assert set(tokens["versions"]) == {1}
+                assert set(tokens["versions"]) == {3}
 
     asyncio.run(scenario())

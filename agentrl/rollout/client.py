@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import logging
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from agentrl.rollout.protocol import PolicyInput, PolicyOutput
 from agentrl.tokenizer import ChatTokenizer
 
 RETRY_STATUS = {429, 502, 503, 504}
+MAX_BACKOFF = 2.0  # seconds between retries when retrying for a time budget
 RELEASE_TIMEOUT = 2.0  # seconds for a best-effort session release
 RELEASE_DELAY = 0.05  # seconds to gather ended episodes into one release (a group ends together)
 logger = logging.getLogger(__name__)
@@ -44,17 +46,25 @@ class PolicyClient:
         backoff: float = 0.1,
         max_connections: int = 1024,
         seed: int | None = None,
+        retry_for: float | None = None,
     ) -> None:
         """`seed`: if set, every request's sampling seed is drawn from (seed, the episode's task
         seed, its index in the group, the turn), so replaying the same episodes samples the same
         tokens whatever else shares the server's batches: evaluations at temperature > 0 become
         repeatable, and two checkpoints are compared on common random numbers. None (training)
         leaves sampling to the server's shared generator.
+
+        `retry_for`: if set, connection errors and 429/5xx-unavailable answers are retried (backoff
+        capped at 2 s) for up to this many seconds instead of `max_retries` times, so a policy
+        server that dies and is restarted (the trainer does that) costs the turns in flight a
+        re-sample, not the episode. A turn re-sent this way is sampled whole again: the ledger
+        records a turn only once its answer arrives, so the episode's tokens stay exact.
         """
         self.seed = seed
         self.tokenizer = tokenizer if isinstance(tokenizer, ChatTokenizer) else ChatTokenizer(tokenizer)
         self.sampling = sampling or SamplingParams()
-        self.max_retries, self.backoff = max_retries, backoff
+        self.max_retries, self.backoff, self.retry_for = max_retries, backoff, retry_for
+        self.resent_requests = 0  # requests sent again after a connection error or a 429/503
         self.http = ShardedAsyncClient(base_url, timeout=timeout, max_connections=max_connections)
         self._episodes: dict[str, TokenLedger] = {}
         self._ended: list[str] = []  # episodes whose server sessions are not released yet
@@ -77,8 +87,10 @@ class PolicyClient:
 
     async def request(self, method: str, url: str, **kwargs: Any) -> dict[str, Any]:
         """Send with retries (exponential backoff + jitter) on connection errors, 429 and 503."""
-        for attempt in range(self.max_retries + 1):
-            last = attempt == self.max_retries
+        deadline = None if self.retry_for is None else time.monotonic() + self.retry_for
+        attempt = 0
+        while True:
+            last = (attempt >= self.max_retries) if deadline is None else time.monotonic() >= deadline
             try:
                 response = await self.http.request(method, url, **kwargs)
             except httpx.TransportError as exc:
@@ -89,8 +101,10 @@ class PolicyClient:
                     if response.is_error:
                         raise PolicyError(f"{method} {url} -> {response.status_code}: {response.text}")
                     return response.json()
-            await asyncio.sleep(self.backoff * 2**attempt * (0.5 + random.random()))
-        raise AssertionError("unreachable")
+            delay = self.backoff * 2**attempt * (0.5 + random.random())
+            await asyncio.sleep(delay if deadline is None else min(delay, MAX_BACKOFF))
+            attempt += 1
+            self.resent_requests += 1
 
     async def generate(
         self, prompt_token_ids: list[int], params: SamplingParams, session_id: str | None = None

@@ -47,13 +47,14 @@ async def evaluate_server(
     max_turns: int | None = None,
     concurrency: int = 32,
     sampling_seed: int | None = 0,
+    retry_for: float | None = None,
 ) -> EvalReport:
     """Play `episodes` held-out seeds against the policy server at `url`."""
     from agentrl.generation import SamplingParams
     from agentrl.rollout.client import PolicyClient
 
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
-    client = PolicyClient(url, tokenizer_dir, sampling=params, seed=sampling_seed)
+    client = PolicyClient(url, tokenizer_dir, sampling=params, seed=sampling_seed, retry_for=retry_for)
     manager = EnvManager(
         env_id, client, group_size=1, max_concurrency=concurrency, max_turns=max_turns, env_kwargs=env_kwargs
     )

@@ -45,7 +45,7 @@ import torch
 
 from agentrl.errors import PolicyError
 from agentrl.generation import GenerationResult, SamplingParams
-from agentrl.serving.engine_api import EngineOverloaded, InvalidRequest
+from agentrl.serving.engine_api import EngineOverloaded, InvalidRequest, check_version
 from agentrl.serving.model import CausalLM, load_safetensors_dir
 from agentrl.serving.sampling import sample
 
@@ -78,7 +78,7 @@ class _Session:
     kv: torch.Tensor  # [layers, 2, kv_heads, len(tokens), head_dim]
 
 
-_Update = tuple[Mapping[str, torch.Tensor], asyncio.Future, asyncio.AbstractEventLoop]
+_Update = tuple[Mapping[str, torch.Tensor], int, asyncio.Future, asyncio.AbstractEventLoop]
 
 
 @dataclass
@@ -108,6 +108,7 @@ class TorchEngine:
         prefill_tokens: int = 2048,
         session_tokens: int = 1_000_000,
         seed: int = 0,
+        version: int = 0,
     ) -> None:
         self.model = model.eval()
         self.cfg = model.config
@@ -119,7 +120,7 @@ class TorchEngine:
         self.prefill_tokens, self.session_tokens = prefill_tokens, session_tokens
         self.max_len = self.cfg.max_position_embeddings
         self.stats = EngineStats()
-        self._version = 0
+        self._version = version  # the trainer's number for these weights (see update_weights)
         self._generator = torch.Generator().manual_seed(seed)
         self._queue: deque[_Request] = deque()
         self._running: list[_Request] = []
@@ -207,8 +208,9 @@ class TorchEngine:
             req.cancelled = True  # the worker drops it at its next step
             raise
 
-    async def update_weights(self, source: str | Path | Mapping[str, torch.Tensor]) -> int:
-        """Swap weights between two steps (policy in the module docstring); return the new version."""
+    async def update_weights(self, source: str | Path | Mapping[str, torch.Tensor], version: int) -> int:
+        """Swap weights between two steps (policy in the module docstring), stamped `version`."""
+        check_version(self._version, version)
         if isinstance(source, str | Path):
             state: Mapping[str, torch.Tensor] = await asyncio.to_thread(load_safetensors_dir, source)
         else:
@@ -216,7 +218,7 @@ class TorchEngine:
         loop = asyncio.get_running_loop()
         done: asyncio.Future = loop.create_future()
         with self._cond:
-            self._updates.append((state, done, loop))
+            self._updates.append((state, version, done, loop))
             self._cond.notify()
         if self._thread is None:  # not running: apply right here
             self._apply_updates()
@@ -310,14 +312,15 @@ class TorchEngine:
         with self._cond:
             updates = list(self._updates)
             self._updates.clear()
-        for state, done, loop in updates:
+        for state, version, done, loop in updates:
             try:
+                check_version(self._version, version)  # a later push may have overtaken this one
                 with torch.inference_mode():
                     self.model.load_state_dict(state, strict=True)
             except Exception as exc:  # a bad state dict must fail its caller, not the engine
                 loop.call_soon_threadsafe(_set_exception, done, exc)
                 continue
-            self._version += 1
+            self._version = version
             self.stats.weight_updates += 1
             for req in self._running:
                 req.cached = 0  # rebuilt from the full token sequence with the new weights

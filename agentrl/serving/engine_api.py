@@ -24,6 +24,16 @@ class EngineOverloaded(PolicyError):
     """The bounded request queue is full; retry later."""
 
 
+class StaleVersion(InvalidRequest):
+    """A weight update whose version is below the one being served."""
+
+
+def check_version(current: int, new: int) -> None:
+    """Refuse a weight push that would move the policy version backwards."""
+    if new < current:
+        raise StaleVersion(f"stale version: the server is at version {current}, the push says {new}")
+
+
 class Engine(Protocol):
     """A generation backend: the embedded torch engine or vLLM. Token ids in, token ids out."""
 
@@ -38,8 +48,14 @@ class Engine(Protocol):
         """Sample a continuation. `session_id` lets an engine keep a multi-turn episode's prefix."""
         ...
 
-    async def update_weights(self, source: str | Mapping[str, torch.Tensor]) -> int:
-        """Load weights from a HF checkpoint directory or a state dict; return the new version."""
+    async def update_weights(self, source: str | Mapping[str, torch.Tensor], version: int) -> int:
+        """Load weights from a HF checkpoint directory or a state dict, stamped `version`.
+
+        The trainer owns the version: the engine stamps exactly `version` on every token sampled
+        with these weights and never counts on its own. A version below the current one is a
+        `StaleVersion` error (a late push must not roll the policy back); an equal one is allowed.
+        Returns `version`.
+        """
         ...
 
     async def start(self) -> None: ...

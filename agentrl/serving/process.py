@@ -1,4 +1,9 @@
-"""Run `agentrl serve` as a child process for the length of a training or evaluation run.
+"""`ServerProcess`: the one handle on a policy server: start, push(weights, version), url, close.
+
+Training, evaluation, the tests and the CLI all start servers through it, and every weight
+update goes through `push`, which carries the trainer's version (the server stamps exactly that
+number on tokens; see agentrl/serving/engine_api.py). A server restarted with `version=N`
+continues the trainer's count.
 
 Why a separate process rather than uvicorn in a thread of the trainer: the embedded engine's
 decode loop of a small model is Python-bound, so sharing the trainer's GIL would serialise
@@ -9,17 +14,24 @@ training overlap on a 2-core machine. The traffic is real HTTP on loopback eithe
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from agentrl.errors import AgentRLError, PolicyError
+from agentrl.generation import POLICY_VERSION_HEADER
+
+if TYPE_CHECKING:
+    import torch
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -51,6 +63,7 @@ class ServerProcess:
         threads: int | None = None,
         extra_args: list[str] | None = None,
         startup_timeout: float = 180.0,
+        version: int = 0,
     ) -> None:
         self.model_dir = Path(model_dir)
         self.host = host
@@ -59,17 +72,44 @@ class ServerProcess:
         self.threads = threads
         self.extra_args = extra_args or []
         self.startup_timeout = startup_timeout
+        self.version = version  # the version the server stamps; follows every successful push
         self._process: subprocess.Popen[bytes] | None = None
-        self._log = None
+        self._log: Any = None
+        self._deadline = 0.0
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> ServerProcess:
+        """Start the server and wait (blocking) until it answers /health."""
+        self._spawn()
+        self._wait_ready()
+        return self
+
+    async def astart(self) -> ServerProcess:
+        """`start` for a running event loop: the wait for readiness does not block the loop.
+
+        The child is still spawned from the calling (main) thread: the kernel's parent-death
+        signal is tied to the thread that forked it.
+        """
+        self._spawn()
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            while True:
+                self._raise_if_failed()
+                try:
+                    if (await http.get(f"{self.url}/health")).status_code == 200:
+                        return self
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.25)
+
+    def _spawn(self) -> None:
+        self._deadline = time.monotonic() + self.startup_timeout
         command = [
             sys.executable, "-c", "from agentrl.cli import main; main()", "serve", str(self.model_dir),
-            "--host", self.host, "--port", str(self.port), *self.extra_args,
+            "--host", self.host, "--port", str(self.port), "--policy-version", str(self.version),
+            *self.extra_args,
         ]  # fmt: skip
         if self.threads:
             command += ["--threads", str(self.threads)]
@@ -83,26 +123,76 @@ class ServerProcess:
             start_new_session=True,  # a Ctrl-C in the terminal reaches the trainer, which stops us
             preexec_fn=_die_with_parent,
         )
-        self._wait_ready()
-        return self
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        assert self._process is not None
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise PolicyError(
-                    f"policy server exited with code {self._process.returncode} during startup"
-                    + (f"; see {self.log_path}" if self.log_path else "")
-                )
+        while True:
+            self._raise_if_failed()
             try:
                 if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.25)
+
+    def _raise_if_failed(self) -> None:
+        """During startup: stop and raise if the child exited or the startup timeout passed."""
+        assert self._process is not None
+        reason = None
+        if self._process.poll() is not None:
+            log = f"; see {self.log_path}" if self.log_path else ""
+            reason = f"policy server exited with code {self._process.returncode} during startup{log}"
+        elif time.monotonic() > self._deadline:
+            reason = f"policy server at {self.url} not ready after {self.startup_timeout:.0f}s"
+        if reason is not None:
+            self.stop()
+            raise PolicyError(reason)
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code if the server process has ended (e.g. -9 after SIGKILL), else None."""
+        return None if self._process is None else self._process.poll()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    async def restart(self, model_dir: str | Path, version: int) -> ServerProcess:
+        """Stop what is left of the server and start it again on `model_dir`, stamped `version`.
+
+        Same host and port, so clients keep their URL; their retries reach the new process.
+        """
         self.stop()
-        raise PolicyError(f"policy server at {self.url} not ready after {self.startup_timeout:.0f}s")
+        self.model_dir, self.version = Path(model_dir), version
+        return await self.astart()
+
+    async def push(self, weights: Mapping[str, torch.Tensor] | str | Path, version: int) -> int:
+        """Send new weights stamped `version`: a state dict (as a safetensors body) or a checkpoint dir.
+
+        Returns the version the server now serves; raises `PolicyError` if it refused the push
+        (the server then still serves the previous weights).
+        """
+        try:
+            response = await self._post_weights(weights, version)
+        except httpx.TransportError as exc:
+            message = f"weight push (version {version}) failed: server unreachable ({exc!r})"
+            raise PolicyError(message) from exc
+        if response.status_code != 200:
+            detail = f"HTTP {response.status_code} {response.text[:300]}"
+            raise PolicyError(f"weight push (version {version}) refused: {detail}")
+        self.version = int(response.json()["version"])
+        return self.version
+
+    async def _post_weights(
+        self, weights: Mapping[str, torch.Tensor] | str | Path, version: int
+    ) -> httpx.Response:
+        async with httpx.AsyncClient(base_url=self.url, timeout=300.0) as http:
+            if isinstance(weights, str | Path):
+                body = {"path": str(weights), "version": version}
+                return await http.post("/v1/weights/load", json=body)
+            else:
+                payload = await asyncio.to_thread(_safetensors_body, weights)
+                headers = {"content-type": "application/octet-stream", POLICY_VERSION_HEADER: str(version)}
+                return await http.post("/v1/weights/state_dict", content=payload, headers=headers)
 
     def cpu_seconds(self) -> float | None:
         """CPU time the server process has used so far (from /proc: Linux only; else None)."""
@@ -113,6 +203,9 @@ class ServerProcess:
         except OSError:
             return None
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+    def close(self) -> None:
+        self.stop()
 
     def stop(self) -> None:
         process, self._process = self._process, None
@@ -146,3 +239,16 @@ def resolve_checkpoint(path: str | Path) -> Path:
         if (candidate / "config.json").is_file():
             return candidate
     raise AgentRLError(f"{path} is neither a model directory nor a run directory with checkpoints")
+
+
+def _safetensors_body(state_dict: Mapping[str, torch.Tensor]) -> bytes:
+    """Serialize a state dict once per storage: tied weights (lm_head = embeddings) go once."""
+    from safetensors.torch import save
+
+    unique: dict[str, Any] = {}
+    seen: set[int] = set()
+    for name, tensor in state_dict.items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            unique[name] = tensor.detach().contiguous().cpu()
+    return save(unique)

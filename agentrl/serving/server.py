@@ -35,8 +35,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agentrl.errors import PolicyError
-from agentrl.generation import GenerationResult, SamplingParams
-from agentrl.serving.engine_api import Engine, EngineOverloaded, InvalidRequest
+from agentrl.generation import POLICY_VERSION_HEADER, GenerationResult, SamplingParams
+from agentrl.serving.engine_api import Engine, EngineOverloaded, InvalidRequest, StaleVersion
 from agentrl.tokenizer import ChatTokenizer
 
 # ---- request bodies ---------------------------------------------------------------------------
@@ -99,6 +99,7 @@ class CompletionBody(_Sampling):
 
 class WeightsPathBody(BaseModel):
     path: str
+    version: int = Field(ge=0)  # the trainer's version for these weights (required: it owns the count)
 
 
 class ReleaseBody(BaseModel):
@@ -309,21 +310,27 @@ def create_app(
         if isinstance(body, JSONResponse):
             return body
         assert isinstance(body, WeightsPathBody)
-        return await _update(body.path)
+        return await _update(body.path, body.version)
 
     async def state_dict_weights(request: Request) -> JSONResponse:
         from safetensors.torch import load as load_safetensors
 
+        header = request.headers.get(POLICY_VERSION_HEADER, "")
+        if not header.isdigit():
+            message = f"the {POLICY_VERSION_HEADER} header must give the weights' version as an integer >= 0"
+            return _error(400, message, "invalid_request_error")
         raw = await request.body()
         try:
             state = load_safetensors(raw)
         except Exception as exc:  # safetensors raises its own error types for bad headers
             return _error(400, f"body is not a safetensors file: {exc}", "invalid_request_error")
-        return await _update(state)
+        return await _update(state, int(header))
 
-    async def _update(source: Any) -> JSONResponse:
+    async def _update(source: Any, version: int) -> JSONResponse:
         try:
-            version = await engine.update_weights(source)
+            version = await engine.update_weights(source, version)
+        except StaleVersion as exc:
+            return _error(409, str(exc), "invalid_request_error")
         except PolicyError as exc:
             return _error(400, str(exc), "invalid_request_error")
         except FileNotFoundError as exc:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentrl.errors import PolicyError
 from agentrl.generation import GenerationResult, SamplingParams
+from agentrl.serving.engine_api import check_version
 
 if TYPE_CHECKING:
     import torch
@@ -38,6 +39,7 @@ class VLLMEngine:
         seed: int = 0,
         enable_prefix_caching: bool = True,
         extra_engine_args: Mapping[str, Any] | None = None,
+        version: int = 0,
     ) -> None:
         self.model_dir = str(model_dir)
         self._engine_args = {
@@ -54,7 +56,7 @@ class VLLMEngine:
             **(extra_engine_args or {}),
         }
         self._llm: Any = None
-        self._version = 0
+        self._version = version  # the trainer's number for these weights
         self._open = asyncio.Event()  # cleared while weights are being swapped
         self._open.set()
         self._update_lock = asyncio.Lock()
@@ -121,11 +123,13 @@ class VLLMEngine:
             cached_prompt_tokens=final.num_cached_tokens or 0,
         )
 
-    async def update_weights(self, source: str | Mapping[str, torch.Tensor]) -> int:
-        """Reload weights in place from a HF checkpoint directory or a state dict; bump the version."""
+    async def update_weights(self, source: str | Mapping[str, torch.Tensor], version: int) -> int:
+        """Reload weights in place from a HF checkpoint directory or a state dict, stamped `version`."""
         if self._llm is None:
             raise PolicyError("VLLMEngine.update_weights() called before start()")
+        check_version(self._version, version)
         async with self._update_lock:
+            check_version(self._version, version)
             self._open.clear()
             try:
                 await self._llm.pause_generation(mode="wait", clear_cache=True)
@@ -136,7 +140,7 @@ class VLLMEngine:
                         with tempfile.TemporaryDirectory(prefix="agentrl-weights-") as tmp:
                             _save_state_dict(source, Path(tmp))
                             await self._reload_from(tmp)
-                    self._version += 1
+                    self._version = version
                 finally:
                     await self._llm.resume_generation()
             finally:

@@ -16,13 +16,19 @@ Two rules bound how old training data may be (ALGORITHMS.md, "Staleness"):
    without token versions (a scripted policy) counts as sampled at the version current when its
    seed was admitted (or when it was put, if its seed was never admitted here).
 
-On `put`, trajectories that did not finish (error, timeout) are removed from their group (failures
-are counted by the manager; they are not evidence about the policy), and a group left with none is
-dropped. With `dynamic_filter`, groups whose rewards are all equal are dropped too: their
-group-relative advantages are zero, so they would only dilute the batch (DAPO's dynamic sampling).
-A policy that always fails (or always succeeds) then feeds the trainer nothing while rollout
-runs on; after `4 * batch_size` such drops in a row the buffer logs a warning saying so, once per
-streak.
+On `put`, a group with fewer finished episodes than `group_size` (some ended in error or timeout,
+and no redundant episode took their place) is dropped whole and counted (`dropped_incomplete`,
+or `dropped_no_finished` when none finished): a failed episode is not evidence about the policy,
+so it is never scored as an ordinary zero-reward sample, and a group-relative baseline over the
+survivors would be computed on a different number of samples than configured. Raising
+`env.redundancy` makes the manager complete such groups with spare episodes instead.
+
+With `dynamic_filter`, groups whose rewards are all equal are dropped too: their group-relative
+advantages are zero, so they would only dilute the batch (DAPO's dynamic sampling). A policy that
+always fails (or always succeeds) then feeds the trainer nothing while rollout runs on: after
+`4 * batch_size` such drops in a row the buffer logs a warning, and after `max_filtered_groups`
+in a row it stops the run with `TrainingStalled`, saying why and what to change, instead of
+waiting forever.
 
 **Tail batching** (RollPacker's idea, applied on the consumption side): a group whose length (the
 most action tokens of any of its trajectories) is above the `tail_quantile` of the last
@@ -45,9 +51,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agentrl.errors import AgentRLError
 from agentrl.trajectory import TrajectoryGroup
 
 logger = logging.getLogger(__name__)
+
+
+class TrainingStalled(AgentRLError):
+    """Rollouts go on but the buffer's filter keeps dropping every group: no batch can ever form."""
+
+
+def _stall_error(streak: int, reward: float) -> TrainingStalled:
+    return TrainingStalled(
+        f"training stalled: buffer.dynamic_filter dropped the last {streak} groups in a row, because "
+        f"every episode of each got the same reward ({reward:.3g}), so no batch can form. Warm-start "
+        "the policy (sft.episodes) so it sometimes succeeds, make the task easier, or set "
+        "buffer.dynamic_filter: false; buffer.max_filtered_batches sets how long to wait before stopping."
+    )
 
 
 @dataclass
@@ -70,7 +90,12 @@ class StalenessBuffer:
         tail_batching: bool = False,
         tail_quantile: float = 0.9,
         tail_window: int = 256,
+        group_size: int | None = None,
+        max_filtered_groups: int | None = None,
     ) -> None:
+        """`group_size`: finished episodes a group must have to be kept (None: any, at least one).
+        `max_filtered_groups`: stop with `TrainingStalled` after this many zero-variance drops in a
+        row (None: never)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 (groups per training step), got {batch_size}")
         if max_staleness < 0:
@@ -82,6 +107,9 @@ class StalenessBuffer:
         self.dynamic_filter = dynamic_filter
         self.tail_batching = tail_batching
         self.tail_quantile = tail_quantile
+        self.group_size = group_size
+        self.max_filtered_groups = max_filtered_groups
+        self._stalled: TrainingStalled | None = None
         self._cond = asyncio.Condition()
         self._version = version
         self._start_version = version
@@ -128,15 +156,20 @@ class StalenessBuffer:
             admission_version = versions.popleft() if versions else self._version
             if versions is not None and not versions:
                 del self._admission_versions[group.seed]
-            kept = [t for t in group.trajectories if t.stop_reason.finished]
-            self._unfinished_trajectories += len(group.trajectories) - len(kept)
+            kept = [t for t in group.trajectories if t.stop_reason.finished][: self.group_size]
+            self._unfinished_trajectories += sum(not t.stop_reason.finished for t in group.trajectories)
             if len(kept) != len(group.trajectories):
                 group = TrajectoryGroup(group.group_id, group.seed, kept, group.cancelled)
             if not kept:
                 self._drops["no_finished"] += 1
+            elif self.group_size is not None and len(kept) < self.group_size:
+                self._drops["incomplete"] += 1
             elif self.dynamic_filter and np.ptp(group.rewards) == 0:
                 self._drops["zero_variance"] += 1
                 self._zero_variance_streak += 1
+                limit = self.max_filtered_groups
+                if limit is not None and self._zero_variance_streak >= limit:
+                    self._stalled = _stall_error(self._zero_variance_streak, group.rewards[0])
                 if self._zero_variance_streak == 4 * self.batch_size:
                     logger.warning(
                         "dynamic_filter dropped the last %d groups in a row: every trajectory of "
@@ -177,6 +210,8 @@ class StalenessBuffer:
                 self._set_version_locked(trainer_version)
             started = time.perf_counter()
             while True:
+                if self._stalled is not None:
+                    raise self._stalled
                 self._drop_stale()
                 batch = self._take(n)
                 if batch is not None:
@@ -223,7 +258,7 @@ class StalenessBuffer:
             "buffer/producer_wait_s": self._producer_wait,
             "buffer/consumer_wait_s": self._consumer_wait,
         }
-        for reason in ("stale", "zero_variance", "no_finished"):
+        for reason in ("stale", "zero_variance", "no_finished", "incomplete"):
             out[f"buffer/dropped_{reason}"] = float(self._drops[reason])
         for staleness, count in sorted(self._staleness.items()):
             out[f"buffer/staleness_{staleness}"] = float(count)

@@ -98,6 +98,10 @@ class BufferConfig(_Section):
     max_staleness: int = Field(1, ge=0)  # in policy versions; 0 = synchronous on-policy
     dynamic_filter: bool = True  # drop groups whose rewards are all equal (zero advantage)
     tail_batching: bool = False  # defer long-tail groups into dedicated rounds
+    # Stop the run (with a message saying why) once dynamic_filter has dropped this many batches'
+    # worth of groups in a row: the policy gets the same reward on every episode, so no batch can
+    # ever form. 0 = wait forever.
+    max_filtered_batches: int = Field(8, ge=0)
 
 
 class ScheduleConfig(_Section):
@@ -130,6 +134,8 @@ class ServerConfig(_Section):
     startup_timeout: float = Field(180.0, gt=0)
     # CPU threads of the server's torch; None = half the cores (see TrainConfig.cpu_threads)
     threads: int | None = Field(None, ge=1)
+    # A server that dies mid-run is restarted from the learner's weights this many times at most.
+    max_restarts: int = Field(3, ge=0)
 
 
 class TrainConfig(_Section):

@@ -8,6 +8,7 @@ One run directory holds everything, so a run can be killed at any moment and res
     OUT/metrics.jsonl        one record per step (and per evaluation); OUT/tb/ TensorBoard
     OUT/plots/*.png          reward / success vs step and vs wall-clock, written at the end
     OUT/server.log           the policy server's output
+    OUT/recovery/            the learner's weights, written when the policy server had to be restarted
 
 Two concurrent parts share one asyncio loop: the producer streams groups from the
 `EnvManager` (its seeds come from `StalenessBuffer.admitted`, which pauses rollout while it is
@@ -15,6 +16,17 @@ more than `max_staleness` versions ahead) into the buffer; the trainer takes a b
 optimizer step in a worker thread (torch releases the GIL, so rollout bookkeeping continues),
 pushes the new weights to the server over HTTP and bumps the buffer's version. With
 `max_staleness=0` (`--mode sync`) the same code degenerates to generate-train-push-repeat.
+
+The learner owns the policy version: every push carries `learner.version`, the server stamps
+exactly that number on tokens, and the buffer counts in it too, so there is one count (a resumed
+run's server starts at the checkpoint's version).
+
+A policy server that dies mid-run (OOM, SIGKILL) is noticed by a watchdog and restarted from the
+learner's current weights at the learner's version, on the same port. The turns that were in
+flight are re-sent by the policy client (it retries for `server.startup_timeout` seconds) and so
+re-sampled whole; the ledger records a turn only once its answer arrives, so episodes keep exact
+tokens. After `server.max_restarts` restarts, or if a restart fails, the run stops with one line
+saying what died and how to resume.
 """
 
 from __future__ import annotations
@@ -31,7 +43,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import torch
 
@@ -47,7 +58,7 @@ from agentrl_trainers.buffer import StalenessBuffer
 from agentrl_trainers.config import TrainConfig
 from agentrl_trainers.learner import Learner
 from agentrl_trainers.metrics import MetricsWriter, plot_metrics, read_metrics, truncate_after
-from agentrl_trainers.sft import copy_tokenizer_files, warm_start
+from agentrl_trainers.sft import copy_tokenizer_files, save_checkpoint_dir, warm_start
 
 STATE_JSON = "state.json"
 
@@ -159,33 +170,14 @@ class BusyCores:
 def batch_metrics(groups: list[TrajectoryGroup]) -> dict[str, float]:
     """Reward and success of the trajectories actually trained on."""
     trajectories = [t for g in groups for t in g.trajectories]
+    versions = [g.oldest_version for g in groups if g.oldest_version is not None]
     return {
+        # the oldest policy version whose tokens are in the batch (the server stamps the learner's)
+        "policy/oldest_token_version": float(min(versions)) if versions else float("nan"),
         "reward_mean": float(np.mean([t.total_reward for t in trajectories])),
         "success_rate": float(np.mean([t.success for t in trajectories])),
         "turns_mean": float(np.mean([len(t.turns) for t in trajectories])),
     }
-
-
-async def push_weights(client: httpx.AsyncClient, base_url: str, state_dict: dict[str, torch.Tensor]) -> int:
-    """POST the weights as a safetensors body; return the server's new version."""
-    from safetensors.torch import save
-
-    unique: dict[str, torch.Tensor] = {}
-    seen: set[int] = set()
-    for name, tensor in state_dict.items():  # tied weights (lm_head = embeddings) go once
-        if tensor.data_ptr() not in seen:
-            seen.add(tensor.data_ptr())
-            unique[name] = tensor.contiguous()
-    body = await asyncio.to_thread(save, unique)
-    response = await client.post(
-        f"{base_url}/v1/weights/state_dict",
-        content=body,
-        headers={"content-type": "application/octet-stream"},
-        timeout=300.0,
-    )
-    if response.status_code != 200:
-        raise PolicyError(f"weight push failed: HTTP {response.status_code} {response.text[:300]}")
-    return int(response.json()["version"])
 
 
 def prepare_model(config: TrainConfig, paths: RunPaths, log: Any = print) -> Path:
@@ -230,6 +222,68 @@ def prepare_model(config: TrainConfig, paths: RunPaths, log: Any = print) -> Pat
     os.replace(tmp, paths.sft)
     log(f"warm start done: loss {result.first_loss:.3f} -> {result.final_loss:.3f} over {result.steps} steps")
     return paths.sft
+
+
+class PolicyServerDied(AgentRLError):
+    """The policy server died and could not be brought back."""
+
+
+class ServerSupervisor:
+    """Keeps the policy server serving the learner's weights: pushes them, restarts it if it dies.
+
+    The lock makes a restart and an optimizer step exclusive: a restarted server is started from
+    weights written while no step is changing them, stamped with the learner's version.
+    """
+
+    def __init__(
+        self, server: ServerProcess, learner: Learner, paths: RunPaths, config: TrainConfig, log: Any
+    ) -> None:
+        self.server, self.learner, self.paths, self.config, self.log = server, learner, paths, config, log
+        self.restarts = 0
+        self._lock = asyncio.Lock()
+
+    async def train_and_push(self, groups: list[TrajectoryGroup]) -> dict[str, float]:
+        """One optimizer step, then the new weights to the server at the learner's new version."""
+        async with self._lock:
+            metrics: dict[str, float] = await asyncio.to_thread(self.learner.train_step, groups)
+            try:
+                await self.server.push(self.learner.state_dict(), self.learner.version)
+            except PolicyError:
+                if self.server.returncode is None:
+                    raise  # alive and refusing the weights: a bug to report, not to paper over
+                await self._restart()  # starts from the weights just trained: nothing to push
+        return metrics
+
+    async def watch(self, interval: float = 0.5) -> None:
+        """Restart the server whenever its process is found dead (runs until cancelled)."""
+        while True:
+            await asyncio.sleep(interval)
+            if self.server.returncode is not None:
+                async with self._lock:
+                    if self.server.returncode is not None:  # not already restarted by a push
+                        await self._restart()
+
+    async def _restart(self) -> None:
+        code, version = self.server.returncode, self.learner.version
+        resume = f"resume with: agentrl train <config> --out {self.paths.root} --resume"
+        if self.restarts >= self.config.server.max_restarts:
+            raise PolicyServerDied(
+                f"policy server died (exit code {code}) after {self.restarts} restarts; giving up. "
+                f"Its log: {self.server.log_path}. {resume}"
+            )
+        self.restarts += 1
+        self.log(f"policy server died (exit code {code}); restarting it on the learner's weights, v{version}")
+        recovery = self.paths.root / "recovery"
+        tmp = recovery.with_name("recovery.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        await asyncio.to_thread(save_checkpoint_dir, self.learner.model, self.server.model_dir, tmp)
+        shutil.rmtree(recovery, ignore_errors=True)
+        os.replace(tmp, recovery)
+        try:
+            await self.server.restart(recovery, version)
+        except PolicyError as exc:
+            message = f"policy server died (exit code {code}) and did not restart: {exc}. {resume}"
+            raise PolicyServerDied(message) from exc
 
 
 class TrainingRun:
@@ -283,14 +337,19 @@ class TrainingRun:
             log_path=paths.root / "server.log",
             threads=server_threads,
             startup_timeout=config.server.startup_timeout,
+            version=learner.version,
         )
         writer = MetricsWriter(paths.root)
         result = TrainResult(out=paths.root, steps=state["step"], version=learner.version, wall_time=0.0)
-        server.start()  # from the main thread: the server dies with the thread that started it
+        await server.astart()  # spawned from the main thread: the server dies with the thread that started it
+        self._supervisor = ServerSupervisor(server, learner, paths, config, self._log)
+        watchdog = self._watchdog = asyncio.create_task(self._supervisor.watch())
         try:
-            async with httpx.AsyncClient() as http:
-                await self._train(learner, server, http, writer, tokenizer_dir, state, result)
+            await self._train(learner, server, writer, tokenizer_dir, state, result)
         finally:
+            watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watchdog
             server.stop()
             writer.close()
         result.plots = plot_metrics(read_metrics(paths.root / "metrics.jsonl"), paths.plots)
@@ -300,7 +359,6 @@ class TrainingRun:
         self,
         learner: Learner,
         server: ServerProcess,
-        http: httpx.AsyncClient,
         writer: MetricsWriter,
         tokenizer_dir: Path,
         state: dict[str, Any],
@@ -309,15 +367,14 @@ class TrainingRun:
         config, schedule = self.config, self.config.schedule
         url = server.url
         policy = make_client(url, tokenizer_dir, config, temperature=config.sampling.temperature)
-        # A restarted server counts versions from 0 again; token versions and the buffer live in
-        # the server's count, checkpoints and metrics in the learner's (which survives resumes).
-        offset = learner.version - await _server_version(http, url)
         buffer = StalenessBuffer(
             schedule.groups_per_step,
             config.effective_max_staleness,
-            version=learner.version - offset,
+            version=learner.version,
             dynamic_filter=config.buffer.dynamic_filter,
             tail_batching=config.buffer.tail_batching,
+            group_size=config.env.group_size,
+            max_filtered_groups=config.buffer.max_filtered_batches * schedule.groups_per_step or None,
         )
         manager = EnvManager(
             config.env.id,
@@ -354,16 +411,11 @@ class TrainingRun:
             while step < schedule.steps:
                 step_started = time.perf_counter()
                 busy.start()
-                batch = buffer.get_batch(schedule.groups_per_step, learner.version - offset)
-                groups = await _first(batch, producer)
+                batch = buffer.get_batch(schedule.groups_per_step, learner.version)
+                groups = await _first(batch, producer, self._watchdog)
                 waited = time.perf_counter() - step_started
-                metrics = await asyncio.to_thread(learner.train_step, groups)
-                version = await push_weights(http, url, learner.state_dict())
-                if version + offset != learner.version:
-                    raise PolicyError(
-                        f"server is at version {version}+{offset}, learner at {learner.version}"
-                    )
-                await buffer.set_version(version)
+                metrics = await self._supervisor.train_and_push(groups)
+                await buffer.set_version(learner.version)
                 step += 1
                 step_seconds = time.perf_counter() - step_started
                 record = {
@@ -378,6 +430,8 @@ class TrainingRun:
                     "tokens_per_s": metrics["tokens"] / max(step_seconds, 1e-9),
                     "cpu_busy_cores": busy.read(),
                     "env_steps": manager.stats.env_steps,
+                    "policy/resent_requests": float(policy.resent_requests),
+                    "server_restarts": float(self._supervisor.restarts),
                 }
                 writer.log(step, record)
                 if self.progress is not None:
@@ -413,6 +467,7 @@ class TrainingRun:
             env_kwargs=config.env.kwargs,
             max_turns=config.env.max_turns,
             concurrency=config.env.concurrency,
+            retry_for=config.server.startup_timeout + 30.0,
         )
         writer.log(
             step,
@@ -449,12 +504,6 @@ class TrainingRun:
         self._log(f"checkpoint {final}")
 
 
-async def _server_version(http: httpx.AsyncClient, url: str) -> int:
-    response = await http.get(f"{url}/health", timeout=30.0)
-    response.raise_for_status()
-    return int(response.json()["version"])
-
-
 def make_client(url: str, tokenizer_dir: Path, config: TrainConfig, *, temperature: float) -> Any:
     """A `PolicyClient` for the training or evaluation sampling settings."""
     from agentrl.generation import SamplingParams
@@ -463,7 +512,9 @@ def make_client(url: str, tokenizer_dir: Path, config: TrainConfig, *, temperatu
     params = SamplingParams(
         max_tokens=config.sampling.max_tokens, temperature=temperature, top_p=config.sampling.top_p
     )
-    return PolicyClient(url, tokenizer_dir, sampling=params)
+    # Retry long enough to ride out a policy-server restart (see ServerSupervisor).
+    retry_for = config.server.startup_timeout + 30.0
+    return PolicyClient(url, tokenizer_dir, sampling=params, retry_for=retry_for)
 
 
 class _SeedCounter(Iterator[int]):
@@ -483,15 +534,19 @@ class _SeedCounter(Iterator[int]):
         return seed
 
 
-async def _first(awaitable: Any, producer: asyncio.Task[None]) -> Any:
-    """Await `awaitable`, but raise at once if the producer died (else the trainer waits forever)."""
+async def _first(awaitable: Any, *guards: asyncio.Task[None]) -> Any:
+    """Await `awaitable`, but raise at once if a guard task (the rollout producer, the server
+    watchdog) ended, else the trainer would wait forever for a batch that cannot come."""
     waiter = asyncio.ensure_future(awaitable)
-    done, _ = await asyncio.wait({waiter, producer}, return_when=asyncio.FIRST_COMPLETED)
+    done, _ = await asyncio.wait({waiter, *guards}, return_when=asyncio.FIRST_COMPLETED)
     if waiter in done:
         return waiter.result()
     waiter.cancel()
-    exc = producer.exception() if not producer.cancelled() else None
-    raise AgentRLError(f"rollout producer stopped: {exc!r}") from exc
+    guard = next(iter(done))
+    exc = guard.exception() if not guard.cancelled() else None
+    if isinstance(exc, AgentRLError):
+        raise exc
+    raise AgentRLError(f"rollout stopped: {exc!r}") from exc
 
 
 def _dump_yaml(config: TrainConfig) -> str:

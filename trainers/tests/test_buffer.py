@@ -167,6 +167,36 @@ async def test_a_streak_of_zero_variance_groups_is_warned_about_once(caplog):
     assert len(caplog.records) == 2  # ... and a new one is warned about again
 
 
+async def test_a_group_missing_an_episode_is_dropped_whole_never_scored_as_zero():
+    """An episode that ended in error or timeout is not a sample: its group is dropped and counted
+    (a group with a spare finished episode from redundancy is kept, trimmed to group_size)."""
+    buffer = StalenessBuffer(batch_size=2, max_staleness=4, group_size=2)
+    errored = [StopReason.TERMINATED, StopReason.ERROR]
+    await buffer.put(make_group(0, rewards=(1.0, 0.0), reasons=errored))
+    spare = [StopReason.TERMINATED, StopReason.TRUNCATED, StopReason.TIMEOUT, StopReason.TERMINATED]
+    await buffer.put(make_group(1, rewards=(1.0, 0.0, 0.0, 0.5), reasons=spare))
+    await buffer.put(make_group(2, rewards=(0.0, 1.0)))
+    m = buffer.metrics()
+    assert m["buffer/dropped_incomplete"] == 1 and m["buffer/unfinished_trajectories"] == 2
+    batch = await buffer.get_batch(2, trainer_version=0)
+    assert [g.seed for g in batch] == [1, 2]
+    assert batch[0].rewards == [1.0, 0.0]  # the first two finished episodes
+
+
+async def test_a_filter_that_drops_everything_stops_training_with_a_reason():
+    from agentrl_trainers.buffer import TrainingStalled
+
+    buffer = StalenessBuffer(batch_size=2, max_staleness=8, dynamic_filter=True, max_filtered_groups=6)
+    waiting = asyncio.create_task(buffer.get_batch(2, trainer_version=0))
+    for seed in range(5):
+        await buffer.put(make_group(seed, rewards=(0.0, 0.0)))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()  # 5 drops in a row: still waiting
+    await buffer.put(make_group(5, rewards=(0.0, 0.0)))
+    with pytest.raises(TrainingStalled, match="dynamic_filter dropped the last 6 groups"):
+        await asyncio.wait_for(waiting, timeout=1)
+
+
 async def test_without_dynamic_filter_equal_rewards_are_kept():
     buffer = StalenessBuffer(batch_size=1, max_staleness=0)
     await buffer.put(make_group(0, rewards=(1.0, 1.0)))

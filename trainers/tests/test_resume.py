@@ -56,6 +56,10 @@ def test_kill_9_then_resume_finishes_with_the_step_counter_continuing(tmp_path: 
     records = [r for r in read_metrics(run / "metrics.jsonl") if "learner/loss" in r]
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
     assert [r["version"] for r in records] == [1, 2, 3, 4, 5, 6]
+    # The restarted server stamps the learner's versions (it starts at the checkpoint's), so the
+    # batches after the resume hold tokens at most max_staleness versions behind.
+    for r in records[killed_at:]:
+        assert r["policy/oldest_token_version"] >= r["step"] - 2
     walls = [r["wall_time"] for r in records]
     assert walls == sorted(walls)  # wall-clock carries across the restart
     assert (run / "checkpoints/step_000006/state.json").is_file()
