@@ -31,6 +31,7 @@ from agentrl.generation import SamplingParams
 from agentrl.rollout.manager import EnvManager
 from agentrl.rollout.protocol import Policy
 from agentrl.rollout.scripted import ExpertPolicy, RandomPolicy
+from agentrl.rollout.stats import RolloutStats
 from agentrl.trajectory import StopReason, Trajectory
 
 console = Console(soft_wrap=True)  # long PASS/FAIL lines stay whole when piped
@@ -135,11 +136,11 @@ def check_command(
         trajectories = asyncio.run(_collect(manager, range(seed, seed + episodes)))
         reasons = Counter(t.stop_reason.value for t in trajectories)
         failures = [t for t in trajectories if not t.stop_reason.finished]
-        success = sum(t.success for t in trajectories) / len(trajectories)
+        stats = RolloutStats.of(trajectories)
+        success = stats.success_rate
         summary = (
-            f"{name} rollout: {len(trajectories)} episodes, success {success:.0%}, "
-            f"mean reward {sum(t.total_reward for t in trajectories) / len(trajectories):.3f}, "
-            f"stop reasons {dict(reasons)}"
+            f"{name} rollout: {stats.episodes} episodes, success {success:.0%}, "
+            f"mean reward {stats.reward_mean:.3f}, stop reasons {dict(reasons)}"
         )
         if name == "expert" and success == 0:
             ok = False
@@ -268,13 +269,13 @@ def _fewer_gc_passes() -> Iterator[None]:
 
 
 def _print_summary(manager: EnvManager, kept: list[Trajectory], elapsed: float) -> None:
-    finished = [t for t in kept if t.stop_reason.finished]
+    summary = RolloutStats.of(kept)
     stats = manager.stats
     table = Table("metric", "value", show_header=False)
-    table.add_row("episodes (kept)", str(len(kept)))
-    table.add_row("success rate", f"{sum(t.success for t in kept) / max(len(kept), 1):.1%}")
-    table.add_row("mean reward", f"{sum(t.total_reward for t in finished) / max(len(finished), 1):.3f}")
-    table.add_row("mean turns", f"{sum(len(t.turns) for t in kept) / max(len(kept), 1):.1f}")
+    table.add_row("episodes (kept)", str(summary.episodes))
+    table.add_row("success rate", f"{summary.success_rate:.1%}")
+    table.add_row("mean reward", f"{summary.reward_mean:.3f}")
+    table.add_row("mean turns", f"{summary.turns_mean:.1f}")
     table.add_row("episodes/s", f"{stats.ended / elapsed:.1f}")
     table.add_row("env-steps/s", f"{stats.env_steps / elapsed:.1f}")
     reasons = ", ".join(f"{r.value}={n}" for r, n in stats.by_reason.items() if n)

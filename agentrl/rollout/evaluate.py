@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.rollout.manager import EnvManager
+from agentrl.rollout.stats import RolloutStats
 
 
 @dataclass
@@ -25,7 +26,7 @@ class EvalReport:
     successes: int
     reward_mean: float
     turns_mean: float
-    errors: int  # episodes that ended in error/timeout (counted as failures)
+    errors: int  # episodes the env did not end (error/timeout/...): failures, not in the means
     seed_offset: int
     temperature: float
 
@@ -63,15 +64,14 @@ async def evaluate_server(
             groups = await manager.run(range(seed_offset, seed_offset + episodes))
     finally:
         await client.aclose()
-    trajectories = [t for g in groups for t in g.trajectories]
-    played = len(trajectories) or 1
+    stats = RolloutStats.of(t for g in groups for t in g.trajectories)
     return EvalReport(
         env_id=env_id,
         episodes=episodes,
-        successes=sum(t.success for t in trajectories),
-        reward_mean=sum(t.total_reward for t in trajectories) / played,
-        turns_mean=sum(len(t.turns) for t in trajectories) / played,
-        errors=sum(not t.stop_reason.finished for t in trajectories),
+        successes=stats.successes,
+        reward_mean=stats.reward_mean,
+        turns_mean=stats.turns_mean,
+        errors=stats.episodes - stats.finished,
         seed_offset=seed_offset,
         temperature=temperature,
     )

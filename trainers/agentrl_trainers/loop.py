@@ -49,11 +49,12 @@ import torch
 from agentrl.errors import AgentRLError, PolicyError
 from agentrl.rollout.evaluate import evaluate_server
 from agentrl.rollout.manager import EnvManager
+from agentrl.rollout.stats import RolloutStats
 from agentrl.serving.checkpoint import init_checkpoint
 from agentrl.serving.model import CausalLM
 from agentrl.serving.process import ServerProcess
 from agentrl.tokenizer import ChatTokenizer
-from agentrl.trajectory import Trajectory, TrajectoryGroup
+from agentrl.trajectory import TrajectoryGroup
 from agentrl_trainers.buffer import StalenessBuffer
 from agentrl_trainers.config import TrainConfig
 from agentrl_trainers.learner import Learner
@@ -109,41 +110,6 @@ class TrainResult:
     plots: list[Path] = field(default_factory=list)
 
 
-@dataclass
-class _Rollouts:
-    """Trajectory statistics gathered by the manager's hook between two optimizer steps."""
-
-    episodes: int = 0
-    successes: int = 0
-    reward: float = 0.0
-    turns: int = 0
-    action_tokens: int = 0
-    format_errors: int = 0
-
-    def add(self, trajectory: Trajectory) -> None:
-        if not trajectory.stop_reason.finished:
-            return
-        self.episodes += 1
-        self.successes += trajectory.success
-        self.reward += trajectory.total_reward
-        self.turns += len(trajectory.turns)
-        self.action_tokens += trajectory.num_action_tokens
-        self.format_errors += sum(bool(t.info.get("format_error")) for t in trajectory.turns)
-
-    def drain(self) -> dict[str, float]:
-        n = max(self.episodes, 1)
-        out = {
-            "rollout/episodes": float(self.episodes),
-            "rollout/success_rate": self.successes / n,
-            "rollout/reward_mean": self.reward / n,
-            "rollout/turns_mean": self.turns / n,
-            "rollout/format_error_rate": self.format_errors / max(self.turns, 1),
-            "rollout/action_tokens": float(self.action_tokens),
-        }
-        self.__init__()  # type: ignore[misc]
-        return out
-
-
 class BusyCores:
     """How many cores the trainer and server processes kept busy since `start()`.
 
@@ -169,14 +135,14 @@ class BusyCores:
 
 def batch_metrics(groups: list[TrajectoryGroup]) -> dict[str, float]:
     """Reward and success of the trajectories actually trained on."""
-    trajectories = [t for g in groups for t in g.trajectories]
+    stats = RolloutStats.of(t for g in groups for t in g.trajectories)
     versions = [g.oldest_version for g in groups if g.oldest_version is not None]
     return {
         # the oldest policy version whose tokens are in the batch (the server stamps the learner's)
         "policy/oldest_token_version": float(min(versions)) if versions else float("nan"),
-        "reward_mean": float(np.mean([t.total_reward for t in trajectories])),
-        "success_rate": float(np.mean([t.success for t in trajectories])),
-        "turns_mean": float(np.mean([len(t.turns) for t in trajectories])),
+        "reward_mean": stats.reward_mean,
+        "success_rate": stats.success_rate,
+        "turns_mean": stats.turns_mean,
     }
 
 
@@ -294,7 +260,11 @@ class TrainingRun:
         self.paths = RunPaths(Path(config.out))
         self.resume = resume
         self.progress = progress  # an object with .log(str) and .update(step, total, metrics)
-        self._rollouts = _Rollouts()
+        self._rollouts = RolloutStats()  # episodes ended since the last step
+
+    def _drain_rollouts(self) -> dict[str, float]:
+        rollouts, self._rollouts = self._rollouts, RolloutStats()
+        return rollouts.as_metrics("rollout/")
 
     def _log(self, message: str) -> None:
         if self.progress is not None:
@@ -386,7 +356,7 @@ class TrainingRun:
             step_timeout=config.env.step_timeout,
             episode_timeout=config.env.episode_timeout,
             env_kwargs=config.env.kwargs,
-            on_trajectory=self._rollouts.add,
+            on_trajectory=lambda trajectory: self._rollouts.add(trajectory),
         )
         seeds = _SeedCounter(state["next_seed"], schedule.eval_seed_offset)
 
@@ -421,7 +391,7 @@ class TrainingRun:
                 record = {
                     **batch_metrics(groups),
                     **{f"learner/{k}": v for k, v in metrics.items()},
-                    **self._rollouts.drain(),
+                    **self._drain_rollouts(),
                     **buffer.metrics(),
                     "version": learner.version,
                     "wall_time": wall(),
