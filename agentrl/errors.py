@@ -38,3 +38,11 @@ class SandboxError(AgentRLError):
 
 class ConfigError(AgentRLError):
     """A configuration file or value is invalid."""
+
+
+class InvalidArgumentError(AgentRLError, ValueError, TypeError):
+    """An argument outside its allowed values or of the wrong kind.
+
+    Also a `ValueError` and a `TypeError`, so code written against Python's conventions still
+    catches it.
+    """

@@ -9,6 +9,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from agentrl.errors import PolicyError
 from agentrl.rollout.http_pool import ShardedAsyncClient
 from tests.policy_server_helpers import serve_app
 
@@ -44,5 +45,5 @@ async def test_pools_grow_only_when_full_and_stay_within_the_connection_budget()
         assert [r.json()["n"] for r in responses] == [str(i) for i in range(20)]
         assert peak == 12 and client.pools == 3
         await client.aclose()
-        with pytest.raises(RuntimeError, match="closed"):
+        with pytest.raises(PolicyError, match="closed"):
             await client.post("/slow")

@@ -193,7 +193,7 @@ async def test_a_hanging_reset_times_out_and_a_wrong_policy_return_is_an_error()
     await manager.aclose()
     manager = EnvManager(Countdown, numeric_policy)  # type: ignore[arg-type]
     [group] = await manager.run([1])
-    assert group.trajectories[0].error == "TypeError: policy returned int, expected PolicyOutput or str"
+    assert group.trajectories[0].error == "PolicyError: policy returned int, expected PolicyOutput or str"
     await manager.aclose()
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import httpx
 
+from agentrl.errors import InvalidArgumentError, PolicyError
+
 
 class ShardedAsyncClient:
     """The `request` / `post` subset of `httpx.AsyncClient` (what `PolicyClient` uses), over small pools."""
@@ -29,7 +31,7 @@ class ShardedAsyncClient:
         connections_per_pool: int = 8,
     ) -> None:
         if max_connections < 1 or connections_per_pool < 1:
-            raise ValueError("max_connections and connections_per_pool must be at least 1")
+            raise InvalidArgumentError("max_connections and connections_per_pool must be at least 1")
         self.base_url = httpx.URL(base_url)
         self.timeout = timeout
         self.per_pool = min(connections_per_pool, max_connections)
@@ -51,7 +53,7 @@ class ShardedAsyncClient:
 
     async def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         if self._closed:
-            raise RuntimeError("the client has been closed")
+            raise PolicyError("the client has been closed")
         index = self._pick()
         self._in_flight[index] += 1
         try:

@@ -34,7 +34,7 @@ from typing import Any
 
 from agentrl import registry
 from agentrl.core import ChatMessage, Env
-from agentrl.errors import AgentRLError
+from agentrl.errors import AgentRLError, InvalidArgumentError, PolicyError
 from agentrl.rollout.protocol import Policy, PolicyInput, PolicyOutput
 from agentrl.trajectory import StopReason, Trajectory, TrajectoryGroup, Turn
 
@@ -151,9 +151,11 @@ class EnvManager:
         close_timeout: float = 10.0,
     ) -> None:
         if group_size < 1 or redundancy < 0:
-            raise ValueError(f"group_size must be >= 1 and redundancy >= 0, got {group_size}, {redundancy}")
+            raise InvalidArgumentError(
+                f"group_size must be >= 1 and redundancy >= 0, got {group_size}, {redundancy}"
+            )
         if group_size + redundancy > max_concurrency:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"group_size + redundancy ({group_size + redundancy}) exceeds max_concurrency "
                 f"({max_concurrency}): a group could never start"
             )
@@ -163,7 +165,7 @@ class EnvManager:
             ("episode_timeout", episode_timeout),
         ):
             if value is not None and value <= 0:
-                raise ValueError(f"{name} must be positive or None, got {value}")
+                raise InvalidArgumentError(f"{name} must be positive or None, got {value}")
         kwargs = dict(env_kwargs or {})
         if isinstance(env, str):
             env_spec = registry.spec(env)  # fail fast (with suggestions) on an unknown id
@@ -413,7 +415,7 @@ class EnvManager:
             elif isinstance(output, PolicyOutput):
                 text = output.text
             else:
-                raise TypeError(f"policy returned {type(output).__name__}, expected PolicyOutput or str")
+                raise PolicyError(f"policy returned {type(output).__name__}, expected PolicyOutput or str")
             acted = clock()
             env_call.busy = True
             if step_timeout is None:
@@ -485,7 +487,7 @@ class _NoTokens(list):  # type: ignore[type-arg]
     """
 
     def _frozen(self, *args: object) -> None:
-        raise TypeError("this turn has no tokens; assign a new list instead of mutating it")
+        raise InvalidArgumentError("this turn has no tokens; assign a new list instead of mutating it")
 
     append = extend = insert = __setitem__ = __iadd__ = __imul__ = _frozen  # type: ignore[assignment]
 
@@ -515,7 +517,8 @@ def _as_task(item: int | Task) -> Task:
         return item
     if isinstance(item, int):
         return Task(seed=item)
-    raise TypeError(f"a task source must yield int seeds or Task objects, got {type(item).__name__}")
+    kind = type(item).__name__
+    raise InvalidArgumentError(f"a task source must yield int seeds or Task objects, got {kind}")
 
 
 def _uncancel() -> None:

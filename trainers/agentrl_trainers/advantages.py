@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from agentrl.errors import InvalidArgumentError
 from agentrl_trainers.config import AdvantageEstimator
 
 EPS = 1e-6
@@ -50,4 +51,4 @@ def compute_advantages(
         return grpo_advantages(group_rewards)
     if estimator == "lite_ppo":
         return lite_ppo_advantages(group_rewards)
-    raise ValueError(f"Unknown advantage estimator {estimator!r}; allowed: 'grpo', 'lite_ppo'")
+    raise InvalidArgumentError(f"Unknown advantage estimator {estimator!r}; allowed: 'grpo', 'lite_ppo'")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from agentrl.errors import InvalidArgumentError
 from agentrl.trajectory import Trajectory, TrajectoryGroup
 from agentrl_trainers.advantages import compute_advantages
 from agentrl_trainers.config import AdvantageEstimator, Aggregation
@@ -76,7 +77,7 @@ def build_samples(groups: Sequence[TrajectoryGroup], estimator: AdvantageEstimat
         for trajectory, adv in zip(group.trajectories, group_adv, strict=True):
             ids, mask, behav = trajectory.token_ids(), trajectory.loss_mask(), trajectory.behaviour_logprobs()
             if len(behav) != len(ids):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"Trajectory {trajectory.episode_id}: {len(ids)} tokens but {len(behav)} behaviour "
                     "log-probs; every sampled token needs its log-prob from the policy server"
                 )
@@ -93,7 +94,7 @@ def aggregation_weights(samples: Sequence[Sample], mode: Aggregation) -> list[fl
         return [1.0 / total] * len(samples)
     if mode == "sequence":
         return [1.0 / (s.num_loss_tokens * len(samples)) for s in samples]
-    raise ValueError(f"Unknown aggregation {mode!r}; allowed: 'token', 'sequence'")
+    raise InvalidArgumentError(f"Unknown aggregation {mode!r}; allowed: 'token', 'sequence'")
 
 
 def plan_micro_batches(lengths: Sequence[int], max_tokens: int, min_batches: int = 1) -> list[list[int]]:

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agentrl.errors import AgentRLError
+from agentrl.errors import AgentRLError, InvalidArgumentError
 from agentrl.trajectory import TrajectoryGroup
 
 logger = logging.getLogger(__name__)
@@ -97,11 +97,11 @@ class StalenessBuffer:
         `max_filtered_groups`: stop with `TrainingStalled` after this many zero-variance drops in a
         row (None: never)."""
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1 (groups per training step), got {batch_size}")
+            raise InvalidArgumentError(f"batch_size must be >= 1 (groups per step), got {batch_size}")
         if max_staleness < 0:
-            raise ValueError(f"max_staleness must be >= 0 (0 = synchronous), got {max_staleness}")
+            raise InvalidArgumentError(f"max_staleness must be >= 0 (0 = synchronous), got {max_staleness}")
         if not 0 < tail_quantile < 1:
-            raise ValueError(f"tail_quantile must be in (0, 1), got {tail_quantile}")
+            raise InvalidArgumentError(f"tail_quantile must be in (0, 1), got {tail_quantile}")
         self.batch_size = batch_size
         self.max_staleness = max_staleness
         self.dynamic_filter = dynamic_filter
@@ -201,7 +201,7 @@ class StalenessBuffer:
         n = num_groups or self.batch_size
         if n > (self.max_staleness + 1) * self.batch_size:
             # Admission never lets more than this many groups be ahead of the trainer at once.
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"num_groups={n} can never be ready: at most (max_staleness + 1) * batch_size = "
                 f"{(self.max_staleness + 1) * self.batch_size} groups are admitted ahead of the trainer"
             )
@@ -277,7 +277,7 @@ class StalenessBuffer:
 
     def _set_version_locked(self, version: int) -> None:
         if version < self._version:
-            raise ValueError(f"trainer version went backwards: {self._version} -> {version}")
+            raise InvalidArgumentError(f"trainer version went backwards: {self._version} -> {version}")
         if version != self._version:
             self._version = version
             self._drop_stale()

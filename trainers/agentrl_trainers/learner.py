@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from agentrl.errors import AgentRLError, InvalidArgumentError
 from agentrl.trajectory import TrajectoryGroup
 from agentrl_trainers import losses
 from agentrl_trainers.batching import (
@@ -75,7 +76,7 @@ class Learner:
         c = self.config
         samples = build_samples(groups, c.advantage)
         if not samples:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "train_step got no trajectory with sampled tokens; the buffer should drop such groups"
             )
         self.model.train()
@@ -198,7 +199,7 @@ class Learner:
             return losses.gspo_loss(
                 logp, behav, adv, batch.seq_ids, w, eps_lo=c.gspo_eps, eps_hi=c.gspo_eps_hi
             )
-        raise ValueError(f"Unknown loss {c.loss!r}")
+        raise InvalidArgumentError(f"Unknown loss {c.loss!r}")
 
     @torch.no_grad()
     def _compute_proximal(self, samples: list[Sample]) -> None:
@@ -248,7 +249,7 @@ class Learner:
         """Restore what `save` wrote, into this learner's model and optimizer."""
         path = Path(directory) / STATE_FILE
         if not path.exists():
-            raise FileNotFoundError(f"No learner checkpoint at {path}")
+            raise AgentRLError(f"No learner checkpoint at {path}")
         state = torch.load(path, map_location="cpu", weights_only=True)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from agentrl.errors import InvalidArgumentError
 from agentrl.rollout.ledger import TokenLedger
 from agentrl.rollout.manager import EnvManager
 from agentrl.rollout.protocol import PolicyInput, PolicyOutput
@@ -113,7 +114,7 @@ def sft_train(
 ) -> SFTResult:
     """Cross-entropy on the action tokens (loss mask 1) of the given trajectories, AdamW."""
     if not trajectories:
-        raise ValueError("no expert trajectories to train on")
+        raise InvalidArgumentError("no expert trajectories to train on")
     rows = [(t.token_ids(), t.loss_mask()) for t in trajectories]
     rng = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)

@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from agentrl import AgentRLError, Env
+from agentrl import AgentRLError, Env, InvalidArgumentError
 
 Move = TypeVar("Move")
 
@@ -93,7 +93,7 @@ class TextGame(Env, Generic[Move]):
     ) -> None:
         self.max_turns = self.default_max_turns if max_turns is None else int(max_turns)
         if self.max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+            raise InvalidArgumentError(f"max_turns must be >= 1, got {max_turns}")
         self.format_penalty = float(format_penalty)
         self.step_cost = float(step_cost)
         self.success_reward = float(success_reward)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl import EnvSpec
+from agentrl import AgentRLError, EnvSpec, InvalidArgumentError
 from agentrl_games.base import BadAnswer, Result, TextGame
 
 _MAX_EXPRESSION_CHARS = 200
@@ -128,9 +128,10 @@ class CountdownEnv(TextGame[ast.expr]):
     def __init__(self, *, num_numbers: int = 3, max_number: int = 10, max_target: int = 100,
                  **kwargs: Any) -> None:
         if not 2 <= num_numbers <= 6:
-            raise ValueError(f"num_numbers must be between 2 and 6, got {num_numbers}")
+            raise InvalidArgumentError(f"num_numbers must be between 2 and 6, got {num_numbers}")
         if max_number < 2 or max_target < 2:
-            raise ValueError(f"max_number and max_target must be >= 2, got {max_number}, {max_target}")
+            got = f"{max_number}, {max_target}"
+            raise InvalidArgumentError(f"max_number and max_target must be >= 2, got {got}")
         self.num_numbers, self.max_number = int(num_numbers), int(max_number)
         self.max_target = int(max_target)
         super().__init__(**kwargs)
@@ -192,7 +193,7 @@ class CountdownEnv(TextGame[ast.expr]):
     def expert_move(self) -> str:
         solution = solve(tuple(sorted(self.numbers)), self.target)
         if solution is None:  # pragma: no cover - generation guarantees a solution exists
-            raise RuntimeError(f"no solution for {self.numbers} -> {self.target}")
+            raise AgentRLError(f"no solution for {self.numbers} -> {self.target}")
         return solution
 
     def random_move(self, rng: np.random.Generator) -> str:

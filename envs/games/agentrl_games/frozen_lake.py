@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl import EnvSpec
+from agentrl import EnvSpec, InvalidArgumentError
 from agentrl_games.base import Result, TextGame
 from agentrl_games.grid import DIRECTIONS, Cell, parse_direction, shift
 
@@ -35,9 +35,9 @@ class FrozenLakeEnv(TextGame[str]):
     def __init__(self, *, size: int = 4, hole_prob: float = 0.2, max_turns: int | None = None,
                  **kwargs: Any) -> None:
         if size < 2:
-            raise ValueError(f"size must be >= 2, got {size}")
+            raise InvalidArgumentError(f"size must be >= 2, got {size}")
         if not 0.0 <= hole_prob < 1.0:
-            raise ValueError(f"hole_prob must be in [0, 1), got {hole_prob}")
+            raise InvalidArgumentError(f"hole_prob must be in [0, 1), got {hole_prob}")
         self.size, self.hole_prob = int(size), float(hole_prob)
         self.system_prompt = (
             f"You are P on a {self.size}x{self.size} frozen lake. Reach G without stepping on a hole H; "

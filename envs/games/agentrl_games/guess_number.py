@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl import EnvSpec
+from agentrl import EnvSpec, InvalidArgumentError
 from agentrl_games.base import BadAnswer, Result, TextGame
 
 _INTEGER = re.compile(r"[+-]?\d{1,18}")
@@ -30,7 +30,7 @@ class GuessNumberEnv(TextGame[int]):
 
     def __init__(self, *, lo: int = 1, hi: int = 10, max_turns: int | None = None, **kwargs: Any) -> None:
         if hi < lo:
-            raise ValueError(f"hi ({hi}) must be >= lo ({lo})")
+            raise InvalidArgumentError(f"hi ({hi}) must be >= lo ({lo})")
         self.lo, self.hi = int(lo), int(hi)
         self.system_prompt = (
             f"I am thinking of an integer from {self.lo} to {self.hi}. Guess it. After each wrong guess "

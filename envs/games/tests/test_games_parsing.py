@@ -31,10 +31,10 @@ def test_extract_answer_without_a_complete_block_is_none(text):
 
 def test_extract_answer_is_linear_on_adversarial_text():
     text = "<answer>" * 100_000 + "< " * 100_000
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: other processes on the machine do not count
     assert extract_answer(text) is None
     assert extract_answer(text + "</answer>") == ("< " * 100_000).strip()
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
 
 
 def test_answer_round_trips():
