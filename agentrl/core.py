@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import string
 from collections.abc import Coroutine
-from typing import Any, ClassVar, TypedDict, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import gymnasium
 import numpy as np
@@ -62,7 +62,7 @@ class TextSpace(spaces.Text):
 class Env(gymnasium.Env[str, str]):
     """A text environment. Override `areset` and `astep`; everything else has a default."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012  (gymnasium declares it per instance)
     observation_space: spaces.Space[str] = TextSpace()
     action_space: spaces.Space[str] = TextSpace()
 

@@ -56,9 +56,10 @@ class ChatTokenizer:
         self.chat_template: str = template
         self.eos_token = _token_text(config.get("eos_token"))
         self.bos_token = _token_text(config.get("bos_token"))
-        if self.eos_token is None or self.backend.token_to_id(self.eos_token) is None:
+        eos_id = None if self.eos_token is None else self.backend.token_to_id(self.eos_token)
+        if eos_id is None:
             raise PolicyError(f"the tokenizer in {self.path} names no usable eos_token")
-        self.end_of_turn_id: int = self.backend.token_to_id(self.eos_token)
+        self.end_of_turn_id: int = eos_id
         self.eos_token_ids = self._eos_ids()
         self._template = _compile_template(self.chat_template)
         self._cleanup_spaces = bool(config.get("clean_up_tokenization_spaces", False))
@@ -113,7 +114,7 @@ class ChatTokenizer:
     ) -> str:
         """The chat template applied to `messages` (and `tools`, for templates that take them)."""
         try:
-            return self._template.render(
+            text: str = self._template.render(
                 messages=messages,
                 tools=tools,
                 add_generation_prompt=add_generation_prompt,
@@ -122,6 +123,7 @@ class ChatTokenizer:
             )
         except Exception as exc:  # a template's raise_exception() or a TemplateError
             raise PolicyError(f"the chat template rejected the messages: {exc}") from exc
+        return text
 
     def encode_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> list[int]:
         return self.encode(self.render(messages, add_generation_prompt))

@@ -11,6 +11,7 @@ bash scripts/setup_docker.sh
 export AGENTRL_REQUIRE_DOCKER=1   # a Docker test that cannot reach the engine fails instead of skipping
 
 "$PYTHON" -m ruff check .
+"$PYTHON" -m mypy   # strict on the contracts and the rollout side (files in pyproject.toml)
 
 # The vLLM backend's tests run in their own venv (see scripts/setup_vllm.sh).
 bash scripts/setup_vllm.sh

@@ -100,7 +100,8 @@ class PolicyClient:
                 if response.status_code not in RETRY_STATUS or last:
                     if response.is_error:
                         raise PolicyError(f"{method} {url} -> {response.status_code}: {response.text}")
-                    return response.json()
+                    body: dict[str, Any] = response.json()
+                    return body
             delay = self.backoff * 2**attempt * (0.5 + random.random())
             await asyncio.sleep(delay if deadline is None else min(delay, MAX_BACKOFF))
             attempt += 1
