@@ -3,7 +3,7 @@
 Producers (`EnvManager.stream`) take their seeds from `buffer.admitted(seeds)` and `await
 buffer.put(group)` each finished group; the trainer calls `await buffer.get_batch(n, version)`.
 
-Two rules bound how old training data may be (ALGORITHMS.md, "Staleness"):
+Two rules bound how old training data may be (docs/algorithms.md, "Staleness"):
 
 1. **Admission** (AReaL): a new group may start only while
    `accepted + running < (max_staleness + (version - start_version) + 1) * batch_size`, counted in

@@ -1,4 +1,4 @@
-"""Policy-gradient losses, one small function per paper, equations visible (see ALGORITHMS.md).
+"""Policy-gradient losses, one small function per paper, equations visible (see docs/algorithms.md).
 
 Every function works on flat 1-D tensors holding only the loss-mask tokens of a (micro-)batch:
 
