@@ -12,6 +12,7 @@ export AGENTRL_REQUIRE_DOCKER=1   # a Docker test that cannot reach the engine f
 
 "$PYTHON" -m ruff check .
 "$PYTHON" -m mypy   # strict on the contracts and the rollout side (files in pyproject.toml)
+bash scripts/check_light_install.sh
 
 # The vLLM backend's tests run in their own venv (see scripts/setup_vllm.sh).
 bash scripts/setup_vllm.sh
