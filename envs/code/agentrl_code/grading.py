@@ -1,23 +1,29 @@
-"""Grade candidate code against hidden tests in a sandbox, and turn the result into feedback.
+"""Grade candidate code against hidden tests: computed in a sandbox, judged on the host.
 
-`grade()` sends `harness.py` and a JSON payload (candidate code, tests, a fresh nonce) to a
-sandbox, runs it once, and `parse_report()` reads back the per-test events. Reading is strict:
-only lines carrying this run's nonce count, and a test with no event is failed (timed out if
-the sandbox hit its time limit, otherwise crashed or not run), so a candidate cannot gain a
-pass by printing, exiting early or killing the harness.
+`grade()` sends the candidate's code, `harness.py` and the tests' *probes* (the tests with every
+expected value taken out, see `probes.py`) to one sandbox run. The sandbox reports, as plain
+data, what each asserted expression evaluated to; `judge()` decodes those values (`values.py`)
+and compares them here, on the host, with expected values the sandbox never saw. So a pass can
+only be had by producing the right values: printing fake results, patching the harness, walking
+its frames or exiting early can change what is reported, never what it is compared with. A test
+with no complete report fails (timed out if the sandbox hit its time limit, otherwise crashed or
+not run).
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 from dataclasses import dataclass, field
 from importlib import resources
 
 from agentrl.sandbox.base import ExecResult, Sandbox
+from agentrl_code.probes import Check, TestPlan, plan_tests
+from agentrl_code.values import BadValue, decode, same, short
 
 HARNESS_SOURCE = (resources.files("agentrl_code") / "harness.py").read_text(encoding="utf-8")
 HARNESS_FILE = "harness.py"
+SOLUTION_FILE = "solution.py"
+MAX_REPORT_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -75,10 +81,9 @@ class GradeReport:
         return "\n".join(lines)
 
 
-def build_payload(code: str, tests: list[str] | tuple[str, ...], nonce: str, per_test_timeout: float) -> str:
-    return json.dumps(
-        {"nonce": nonce, "code": code, "tests": list(tests), "per_test_timeout": per_test_timeout}
-    )
+def build_payload(plans: tuple[TestPlan, ...], per_test_timeout: float) -> str:
+    """The harness's stdin: probes and the time limit, nothing the host judges with."""
+    return json.dumps({"probes": [plan.probe for plan in plans], "per_test_timeout": per_test_timeout})
 
 
 def time_budget(num_tests: int, per_test_timeout: float) -> float:
@@ -94,71 +99,119 @@ async def grade(
     per_test_timeout: float = 2.0,
     python: str = "python3",
 ) -> GradeReport:
-    """Run `code` against `tests` in `sandbox`; one process, each test isolated by try/except."""
-    nonce = secrets.token_hex(16)
+    """Run `code` against `tests`: one sandbox run computes, the host judges."""
+    plans = plan_tests(tuple(tests))
     result = await sandbox.run(
         [python, HARNESS_FILE],
-        stdin=build_payload(code, tests, nonce, per_test_timeout),
-        files={HARNESS_FILE: HARNESS_SOURCE},
-        timeout=time_budget(len(tests), per_test_timeout),
+        stdin=build_payload(plans, per_test_timeout),
+        files={HARNESS_FILE: HARNESS_SOURCE, SOLUTION_FILE: code},
+        timeout=time_budget(len(plans), per_test_timeout),
+        max_output_bytes=MAX_REPORT_BYTES,
     )
-    return parse_report(result, nonce, tests)
+    return judge(result, plans)
 
 
-def parse_report(result: ExecResult, nonce: str, tests: list[str] | tuple[str, ...]) -> GradeReport:
-    """Read the harness's events for `nonce` out of `result` (see harness.py for the protocol)."""
+@dataclass
+class _TestEvents:
+    ended: bool = False
+    passed_run: bool = False
+    message: str = ""
+    output: str = ""
+    observed: dict[int, list[dict]] = field(default_factory=dict)
+
+
+def judge(result: ExecResult, plans: tuple[TestPlan, ...]) -> GradeReport:
+    """Decide every test from the sandbox's events (see harness.py) and the host-only checks."""
     loaded = False
     load_error: str | None = None
-    reported: dict[int, TestOutcome] = {}
-    for fields in _events(result.stdout, nonce):
-        kind = fields[0]
+    events = {index: _TestEvents() for index in range(len(plans))}
+    for event in _events(result.stdout):
+        kind = event.get("event")
+        test = events.get(event.get("test")) if type(event.get("test")) is int else None
         if kind == "loaded":
             loaded = True
-        elif kind == "load_error" and len(fields) == 2:
-            load_error = _unhex(fields[1])
-        elif kind == "test" and len(fields) == 5 and fields[1].isdigit():
-            index = int(fields[1])
-            if index < len(tests):
-                passed = fields[2] == "1"
-                reported[index] = TestOutcome(
-                    index, tests[index], passed, _unhex(fields[3]), _unhex(fields[4])
-                )
+        elif kind == "load_error":
+            load_error = _text(event.get("message")) or "failed"
+        elif kind == "observed" and test is not None and type(event.get("check")) is int:
+            outcome = event.get("outcome")
+            if type(outcome) is dict:
+                test.observed.setdefault(event["check"], []).append(outcome)
+        elif kind == "test_end" and test is not None and not test.ended:
+            test.ended = True
+            test.passed_run = event.get("passed_run") is True
+            test.message = _text(event.get("message"))
+            test.output = _text(event.get("output"))
     if load_error is not None:
         message = f"could not load: {load_error}"
-        failed = [TestOutcome(i, source, False, message) for i, source in enumerate(tests)]
+        failed = [TestOutcome(i, plan.source, False, message) for i, plan in enumerate(plans)]
         return GradeReport(failed, load_error=load_error, exec_result=result)
     missing_reason = _missing_reason(result, loaded=loaded)
     outcomes: list[TestOutcome] = []
     first_missing = True
-    for index, source in enumerate(tests):
-        outcome = reported.get(index)
-        if outcome is None:  # the harness died during this test (the first missing one) or before it
+    for index, plan in enumerate(plans):
+        test = events[index]
+        if not test.ended:  # the harness died during this test (the first missing one) or before it
             reason = missing_reason if first_missing else "not run (the test run ended earlier)"
-            outcome = TestOutcome(index, source, False, reason)
+            outcomes.append(TestOutcome(index, plan.source, False, reason))
             first_missing = False
-        outcomes.append(outcome)
-    no_test_ran = not loaded and not reported
+            continue
+        message = test.message if not test.passed_run else _first_failure(plan, test.observed)
+        outcomes.append(TestOutcome(index, plan.source, message == "", message, test.output))
+    no_test_ran = not loaded and all(not test.ended for test in events.values())
     return GradeReport(outcomes, load_error=missing_reason if no_test_ran else None, exec_result=result)
 
 
-def _events(stdout: str, nonce: str) -> list[list[str]]:
-    """The space-separated fields that follow `nonce` on each line of `stdout`; others are ignored."""
-    marker = nonce + " "
+def _first_failure(plan: TestPlan, observed: dict[int, list[dict]]) -> str:
+    """Why the test failed ("" when every check was observed and every observation passed)."""
+    for index, check in enumerate(plan.checks):
+        outcomes = observed.get(index)
+        if not outcomes:
+            return f"never reached `{check.source}`"
+        for outcome in outcomes:
+            failure = _check_failure(check, outcome)
+            if failure:
+                return failure
+    return ""
+
+
+def _check_failure(check: Check, outcome: dict) -> str:
+    if outcome.get("too_many") is True:
+        return f"`{check.source}` gave too many different results"
+    if "unencodable" in outcome:
+        return f"returned something that is not plain data ({_text(outcome['unencodable'])[:100]})"
+    if "raised" in outcome:
+        classes = outcome["raised"]
+        if check.kind == "raises" and type(classes) is list and check.expected in classes:
+            return ""
+        return _text(outcome.get("message")) or "raised an exception"
+    if "value" not in outcome:
+        return "malformed result"
+    try:
+        value = decode(outcome["value"])
+    except (BadValue, RecursionError):
+        return "malformed result"
+    if check.kind == "raises":
+        return f"expected {check.expected} to be raised, got {short(value)}"
+    if check.kind == "is":
+        return "" if value is check.expected else f"got {short(value)}, expected {check.expected!r}"
+    return "" if same(value, check.expected) else f"got {short(value)}, expected {short(check.expected)}"
+
+
+def _events(stdout: str) -> list[dict]:
+    """The JSON objects on each line of `stdout`; anything else is ignored."""
     events = []
     for line in stdout.splitlines():
-        position = line.find(marker)
-        if position >= 0:
-            fields = line[position + len(marker) :].split(" ")
-            if fields and fields[0]:
-                events.append(fields)
+        try:
+            event = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if type(event) is dict:
+            events.append(event)
     return events
 
 
-def _unhex(text: str) -> str:
-    try:
-        return bytes.fromhex(text).decode("utf-8", "replace")
-    except ValueError:
-        return ""
+def _text(value: object) -> str:
+    return value if type(value) is str else ""
 
 
 def _missing_reason(result: ExecResult, *, loaded: bool) -> str:

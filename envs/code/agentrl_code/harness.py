@@ -1,43 +1,37 @@
-"""The test harness that runs INSIDE the sandbox: load candidate code, run each hidden test.
+"""The probe runner that runs INSIDE the sandbox: load the candidate's code, run each probe.
 
-This file is copied into the sandbox and run as `python3 harness.py`; it uses only the standard
-library. Its input arrives on stdin as one JSON object (so that the hidden tests never sit in a
-file the candidate code could open):
+Copied into the sandbox with the candidate's code as `solution.py` and run as
+`python3 harness.py`; standard library only. Its input on stdin is one JSON object:
 
-    {"nonce": "...", "code": "<candidate source>", "tests": ["assert f(1) == 2", ...],
-     "per_test_timeout": 2.0}
+    {"probes": ["data = [9, 1, 5]\\n_observe(0, lambda: median(data))", ...], "per_test_timeout": 2.0}
 
-It reports on a private duplicate of the original stdout, one line per event, flushed as it goes
-(so a run killed half-way still tells which tests finished). Text fields are hex-encoded UTF-8:
+A probe is a hidden test with every expected value taken out (see `probes.py` on the host):
+each assert became `_observe(check, lambda: <the left side>)`. This process therefore holds
+nothing worth stealing: it computes what the tests ask for and reports it as plain data. Whether
+that data is right is decided on the host, which never sends the expected values here. A
+candidate that tampers with this file, its functions or its output can only change the values it
+reports, which is what solving the task does anyway.
 
-    <nonce> loaded                                  the candidate code ran without error
-    <nonce> load_error <message>                    it did not (syntax error, exception, exit)
-    <nonce> test <index> <1|0> <message> <output>   one test passed (1) or failed (0)
-    <nonce> done
+Events, one JSON object per line on a private duplicate of the original stdout:
 
-Why the precautions: the candidate is untrusted and runs in this same interpreter, after the
-harness has set everything up.
-- The nonce is random per run and only ever on stdin, so printing fake report lines cannot match
-  it; everything the candidate writes (print, sys.__stdout__, fd 1 or fd 2) is captured or sent to
-  /dev/null, never to the report channel.
-- Before the candidate runs, the tests are compiled, and every function the harness needs later
-  (exec, os.write, the equality check, the builtins it uses) is bound to a local name, so
-  patching `builtins`, `os`, `json`, `ast` or this module's globals cannot fake a pass.
-- `assert actual == expected` in a test is checked by a strict equality that compares exact
-  types as well as values, so an object whose `__eq__` always returns True does not pass.
-- Each test runs under a SIGALRM timer; a test that loops is reported as timed out. A loop that
-  swallows the timer's exception or blocks in C is ended by the sandbox's own timeout, and the
-  host side marks the test that was running as timed out.
-- `SystemExit` and every other `BaseException` from a test count as that test's failure.
-What it cannot stop: code that deliberately walks the interpreter's frames (sys._getframe,
-sys.settrace, gc) to read the nonce or rewrite the harness's locals. The sandbox contains what
-such code can do to the machine, not what it reports.
+    {"event": "loaded"} | {"event": "load_error", "message": m}
+    {"event": "observed", "test": i, "check": k, "outcome": O}
+    {"event": "test_end", "test": i, "passed_run": bool, "message": m, "output": printed}
+    {"event": "done"}
+
+where O is {"value": <encoded>} (see `values.py`), {"raised": [built-in classes of the
+exception's MRO], "message": m}, {"unencodable": why} or {"too_many": true}. An observation is
+sent once per distinct value (an assert in a loop of 2,000 calls sends one line, not 2,000).
+
+What the candidate prints is captured per test (print, sys.stdout/stderr) or sent to /dev/null
+(fd 1 and 2), so it never mixes with the events. Each test runs under a SIGALRM timer; a test
+that swallows the timer or blocks in C is ended by the sandbox's own timeout, and the host marks
+the test that was running as timed out.
 """
 
-import ast
+import builtins
 import io
 import json
-import math
 import os
 import signal
 import sys
@@ -45,11 +39,18 @@ import traceback
 
 MAX_MESSAGE = 300
 MAX_OUTPUT = 2000
-SCALARS = (int, float, str, bytes, bool, type(None))
+MAX_DEPTH = 100
+MAX_ENCODED = 1 << 20  # characters of one encoded value (roughly)
+MAX_DISTINCT = 8  # distinct values reported per check
+SOLUTION = os.path.abspath("solution.py")
 
 
 class TestTimeout(BaseException):
     """Raised by the SIGALRM handler inside a test that ran past its time."""
+
+
+class Unencodable(Exception):
+    """A value that is not plain data (or too big or deep to send)."""
 
 
 class _CappedWriter(io.TextIOBase):
@@ -73,96 +74,59 @@ class _CappedWriter(io.TextIOBase):
         return "".join(self.parts)
 
 
-def _make_strict_eq():
-    """The `_strict_eq(actual, expected)` that rewritten asserts call, with builtins bound now.
+def encode(value):
+    """`value` as tagged JSON-able data (values.py), using exact built-in types only."""
+    budget = [MAX_ENCODED]
 
-    Types are compared by identity (`is`), never with `==` or `in`, because a metaclass can
-    make `==` between classes lie.
-    """
-    type_, len_, all_, any_, zip_, repr_, isclose = type, len, all, any, zip, repr, math.isclose
-    error, scalars = AssertionError, SCALARS
-
-    def is_one_of(kind, kinds):
-        return any_(kind is k for k in kinds)
-
-    def same(actual, expected):
-        kind, expected_kind = type_(actual), type_(expected)
-        numbers = (int, float)  # exact types: bool and int subclasses are excluded
-        if is_one_of(kind, numbers) and is_one_of(expected_kind, numbers):
-            if kind is float or expected_kind is float:
-                return isclose(actual, expected, rel_tol=1e-9, abs_tol=1e-9)
-            return actual == expected
-        if kind is not expected_kind:
-            return False
-        if kind is list or kind is tuple:
-            return len_(actual) == len_(expected) and all_(same(a, e) for a, e in zip_(actual, expected))
-        if kind is dict:
-            return actual.keys() == expected.keys() and all_(same(actual[k], expected[k]) for k in expected)
+    def walk(item, depth):
+        if depth > MAX_DEPTH:
+            raise Unencodable("nested too deeply")
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise Unencodable("too large")
+        kind = type(item)
+        if item is None or kind is bool or kind is int or kind is float:
+            return item
+        if kind is str:
+            budget[0] -= len(item)
+            return item
+        if kind is bytes:
+            budget[0] -= 2 * len(item)
+            return {"bytes": item.hex()}
+        if kind is list:
+            return [walk(x, depth + 1) for x in item]
+        if kind is tuple:
+            return {"tuple": [walk(x, depth + 1) for x in item]}
         if kind is set or kind is frozenset:
-            return all_(is_one_of(type_(x), scalars) for x in actual) and actual == expected
-        if is_one_of(kind, scalars):
-            return actual == expected
-        return (expected == actual) is True
+            return {kind.__name__: [walk(x, depth + 1) for x in item]}
+        if kind is dict:
+            return {"dict": [[walk(k, depth + 1), walk(v, depth + 1)] for k, v in item.items()]}
+        raise Unencodable(f"a {kind.__name__} object is not plain data")
 
-    def short(value):
-        try:
-            text = repr_(value)
-            text = text if type_(text) is str else "<bad repr>"
-        except BaseException:  # a hostile __repr__ must not break the report
-            text = "<unrepresentable value>"
-        return text if len_(text) <= 120 else text[:117] + "..."
-
-    def strict_eq(actual, expected):
-        if not same(actual, expected):
-            raise error(f"got {short(actual)}, expected {short(expected)}")
-
-    return strict_eq
+    data = walk(value, 0)
+    if budget[0] < 0:
+        raise Unencodable("too large")
+    return data
 
 
-def raises(exc_type, func, *args, **kwargs):
-    """True when `func(*args, **kwargs)` raises `exc_type` (tests use it for error cases)."""
+def builtin_classes(exc):
+    """Names of the built-in classes in the exception's MRO (a class named ValueError defined by
+    the candidate is not the built-in one)."""
+    return [cls.__name__ for cls in type(exc).__mro__ if cls.__module__ == "builtins"]
+
+
+def describe(exc):
     try:
-        func(*args, **kwargs)
-    except exc_type:
-        return True
-    except Exception:
-        return False
-    return False
-
-
-class _StrictAsserts(ast.NodeTransformer):
-    """Rewrite `assert A == B` into a call of `_strict_eq(A, B)` with a helpful message."""
-
-    def visit_Assert(self, node):
-        test = node.test
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
-            call = ast.Call(ast.Name("_strict_eq", ast.Load()), [test.left, test.comparators[0]], [])
-            return ast.copy_location(ast.Expr(call), node)
-        return node
-
-
-def _compile_test(source, index):
-    tree = ast.fix_missing_locations(_StrictAsserts().visit(ast.parse(source)))
-    return compile(tree, f"<test {index}>", "exec")
-
-
-def _error_message(exc):
-    try:
-        text = _describe(exc)
+        if isinstance(exc, TestTimeout):
+            text = "timed out"
+        else:
+            frames = traceback.extract_tb(exc.__traceback__)
+            where = next((f"line {f.lineno}" for f in reversed(frames) if f.filename == SOLUTION), "")
+            text = f"{type(exc).__name__}: {exc}" + (f" (solution.py {where})" if where else "")
         text = text if type(text) is str else "failed"
     except BaseException:  # a hostile exception whose __str__ raises or loops
         text = "failed (the exception could not be described)"
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
-
-
-def _describe(exc):
-    if isinstance(exc, TestTimeout):
-        return "timed out"
-    if isinstance(exc, AssertionError):
-        return str(exc) or "assertion failed"
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = next((f"line {f.lineno}" for f in reversed(frames) if f.filename == "solution.py"), "")
-    return f"{type(exc).__name__}: {exc}" + (f" (solution.py {where})" if where else "")
 
 
 def _on_alarm(signum, frame):
@@ -171,55 +135,79 @@ def _on_alarm(signum, frame):
 
 def main():
     spec = json.loads(sys.stdin.read())
-    nonce = str(spec["nonce"])
     timeout = float(spec["per_test_timeout"])
-    tests = [(f"{index:d}", _compile_test(source, index)) for index, source in enumerate(spec["tests"])]
-    candidate = spec["code"]
-    del spec
+    probes = [compile(source, f"<test {i}>", "exec") for i, source in enumerate(spec["probes"])]
+    with open(SOLUTION, encoding="utf-8") as f:
+        candidate = f.read()
 
-    # Everything used after the candidate runs is bound here, before it can patch anything.
-    write, set_timer, timer, run = os.write, signal.setitimer, signal.ITIMER_REAL, exec
-    describe, strict_eq, check_raises, writer = _error_message, _make_strict_eq(), raises, _CappedWriter
-    exit_now, streams = os._exit, sys
+    # Bound before the candidate runs, so that ordinary code which patches builtins or sys
+    # (or prints a lot) cannot break the reporting of an honest solution.
+    write, dumps, set_timer, timer = os.write, json.dumps, signal.setitimer, signal.ITIMER_REAL
+    run = exec
+    exit_now, streams, writer = os._exit, sys, _CappedWriter
     report_fd = os.dup(1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
 
-    def report(*fields):
-        write(report_fd, (" ".join((nonce, *fields)) + "\n").encode())
-
-    def hexed(text):
-        return text.encode("utf-8", "replace").hex()
+    def report(**event):
+        write(report_fd, (dumps(event) + "\n").encode())
 
     signal.signal(signal.SIGALRM, _on_alarm)
-    namespace = {"__name__": "solution", "raises": check_raises}
+    namespace = {"__name__": "solution", "__file__": SOLUTION, "__builtins__": builtins}
     streams.stdout = streams.stderr = writer()
     try:
         set_timer(timer, timeout)
-        run(compile(candidate, "solution.py", "exec"), namespace)
+        run(compile(candidate, SOLUTION, "exec"), namespace)
         set_timer(timer, 0)
     except BaseException as exc:
         set_timer(timer, 0)
-        report("load_error", hexed(describe(exc)))
+        report(event="load_error", message=describe(exc))
         exit_now(0)
-    report("loaded")
-    for index, test in tests:
+    report(event="loaded")
+
+    for index, probe in enumerate(probes):
+        sent = {}
+
+        def observe(check, thunk, index=index, sent=sent):
+            try:
+                value = thunk()
+            except TestTimeout:
+                raise
+            except BaseException as exc:
+                outcome = {"raised": builtin_classes(exc), "message": describe(exc)}
+            else:
+                try:
+                    outcome = {"value": encode(value)}
+                except Unencodable as exc:
+                    outcome = {"unencodable": str(exc)}
+            try:
+                line = dumps(outcome)
+            except ValueError:  # an int too long to print
+                outcome, line = {"unencodable": "too large"}, "too large"
+            seen = sent.setdefault(check, set())
+            if line in seen or len(seen) > MAX_DISTINCT:
+                return
+            seen.add(line)
+            if len(seen) > MAX_DISTINCT:
+                outcome = {"too_many": True}
+            report(event="observed", test=index, check=check, outcome=outcome)
+
         streams.stdout = streams.stderr = capture = writer()
-        passed, error = "1", ""
+        passed_run, message = True, ""
         try:
             set_timer(timer, timeout)
-            run(test, {**namespace, "_strict_eq": strict_eq, "raises": check_raises})
+            run(probe, {**namespace, "_observe": observe})
             set_timer(timer, 0)
         except BaseException as exc:
             set_timer(timer, 0)
-            passed, error = "0", describe(exc)
+            passed_run, message = False, describe(exc)
         try:
             output = capture.value()
         except BaseException:
             output = ""
-        report("test", index, passed, hexed(error), hexed(output))
-    report("done")
+        report(event="test_end", test=index, passed_run=passed_run, message=message, output=output)
+    report(event="done")
     exit_now(0)  # do not wait for threads the candidate may have left running
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentrl.errors import ConfigError
+from agentrl_code.probes import plan_test
 
 MIN_TESTS = 5
 
@@ -36,8 +37,9 @@ class Task(BaseModel):
 
     `prompt` states the function's signature, what it must do and an example; `entry_point` is
     the function's name; each entry of `tests` is a small Python snippet (usually one `assert`)
-    run with the candidate's definitions in scope. `assert actual == expected` is checked with
-    types (see `harness.py`), and `raises(ExcType, func, *args)` is available for error cases.
+    run with the candidate's definitions in scope. Its asserts are `assert actual == expected`
+    (checked with exact types), `assert actual is True/False/None` or
+    `assert raises(ExcType, func, *args)`; `probes.py` says why only these.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -60,6 +62,7 @@ class Task(BaseModel):
     def _tests_parse(cls, tests: tuple[str, ...]) -> tuple[str, ...]:
         for index, source in enumerate(tests):
             _parse(source, f"tests[{index}]")
+            plan_test(source, index)  # a form the host cannot judge without leaking fails here
         if len(set(tests)) != len(tests):
             raise ValueError("tests contain duplicates")
         return tests
