@@ -50,7 +50,8 @@ def load_baseline(rev: str) -> Any:
     module = types.ModuleType("baseline_grading")
     module.__dict__["BASELINE_HARNESS"] = show("envs/code/agentrl_code/harness.py")
     sys.modules[module.__name__] = module
-    exec(compile(source.replace(HARNESS_LINE, "HARNESS_SOURCE = BASELINE_HARNESS"), rev, "exec"), module.__dict__)
+    source = source.replace(HARNESS_LINE, "HARNESS_SOURCE = BASELINE_HARNESS")
+    exec(compile(source, rev, "exec"), module.__dict__)
     return module
 
 
@@ -82,7 +83,9 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--backend", default="docker", choices=["docker", "process"])
     parser.add_argument("--concurrency", type=int, default=4, help="submissions in flight (= pool size)")
     parser.add_argument("--rounds", type=int, default=3, help="passes over the 60 tasks per grader")

@@ -164,7 +164,9 @@ class DockerBackend(Backend):
             {
                 "work_dir": "/work",
                 "tmp_dir": "/tmp",
-                "scrub_dirs": ["/tmp"],
+                # Docker gives every container a writable /dev/shm and /dev/mqueue; wiped with
+                # /tmp so that nothing a holder leaves there reaches the next holder.
+                "scrub_dirs": ["/tmp", "/dev/shm", "/dev/mqueue"],
                 "rlimits": {"RLIMIT_FSIZE": config.max_file_mb * mib},
             }
         )

@@ -3,7 +3,7 @@
 Each sandbox is one long-lived runner (`_runner.py`) started as
 
     setpriv --reuid=U --regid=U --clear-groups --          # (only when started as root)
-      unshare --map-root-user --net --mount --pid --fork --kill-child --propagation private --
+      unshare --map-root-user --net --ipc --mount --pid --fork --kill-child --propagation private --
         sh -c PROLOGUE                                    # builds a private root, then execs the runner
 
 What it protects against (pinned by tests/test_sandbox_hostile.py):
@@ -16,6 +16,8 @@ What it protects against (pinned by tests/test_sandbox_hostile.py):
   (default 64999, should own no files), so even a path that leaked in would be checked against an
   unprivileged uid. Programs run with an empty capability bounding set and no_new_privs.
 - the network: a fresh network namespace with only a down loopback (no sockets, no DNS).
+- System V IPC and POSIX message queues: a fresh IPC namespace, so shared memory segments and
+  queues neither reach the host nor outlive the sandbox.
 - other processes: a private PID namespace whose init is the runner; a program sees only its
   sandbox, cannot signal or ptrace the runner (PID-namespace init, non-dumpable), and everything
   it started is SIGKILLed when its run ends.
@@ -187,7 +189,7 @@ class ProcessBackend(Backend):
         )
         argv = [
             *drop_uid,
-            "unshare", "--map-root-user", "--net", "--mount", "--pid", "--fork", "--kill-child",
+            "unshare", "--map-root-user", "--net", "--ipc", "--mount", "--pid", "--fork", "--kill-child",
             "--propagation", "private", "--",
             "/bin/sh", "-c", PROLOGUE, "sh", str(host_dir / "root"),
             str(self.config.work_mb), str(self.config.tmp_mb), RUNNER_SOURCE, self.runner_config,

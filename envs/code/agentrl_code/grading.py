@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from agentrl.sandbox.base import ExecResult, Sandbox
-from agentrl_code.probes import Check, TestPlan, plan_tests
+from agentrl_code.probes import Check, SplitTest, plan_tests
 from agentrl_code.values import BadValue, decode, same, short
 
 HARNESS_SOURCE = (resources.files("agentrl_code") / "harness.py").read_text(encoding="utf-8")
@@ -81,7 +81,7 @@ class GradeReport:
         return "\n".join(lines)
 
 
-def build_payload(plans: tuple[TestPlan, ...], per_test_timeout: float) -> str:
+def build_payload(plans: tuple[SplitTest, ...], per_test_timeout: float) -> str:
     """The harness's stdin: probes and the time limit, nothing the host judges with."""
     return json.dumps({"probes": [plan.probe for plan in plans], "per_test_timeout": per_test_timeout})
 
@@ -120,7 +120,7 @@ class _TestEvents:
     observed: dict[int, list[dict]] = field(default_factory=dict)
 
 
-def judge(result: ExecResult, plans: tuple[TestPlan, ...]) -> GradeReport:
+def judge(result: ExecResult, plans: tuple[SplitTest, ...]) -> GradeReport:
     """Decide every test from the sandbox's events (see harness.py) and the host-only checks."""
     loaded = False
     load_error: str | None = None
@@ -161,7 +161,7 @@ def judge(result: ExecResult, plans: tuple[TestPlan, ...]) -> GradeReport:
     return GradeReport(outcomes, load_error=missing_reason if no_test_ran else None, exec_result=result)
 
 
-def _first_failure(plan: TestPlan, observed: dict[int, list[dict]]) -> str:
+def _first_failure(plan: SplitTest, observed: dict[int, list[dict]]) -> str:
     """Why the test failed ("" when every check was observed and every observation passed)."""
     for index, check in enumerate(plan.checks):
         outcomes = observed.get(index)

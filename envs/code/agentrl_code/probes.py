@@ -55,7 +55,7 @@ class Check:
 
 
 @dataclass(frozen=True)
-class TestPlan:
+class SplitTest:
     """One hidden test: the probe source for the sandbox and the host-only checks it feeds."""
 
     source: str
@@ -63,7 +63,7 @@ class TestPlan:
     checks: tuple[Check, ...]
 
 
-class TestFormError(ValueError):
+class UnsupportedTestForm(ValueError):
     """A test uses a form the host cannot judge without sending secrets to the sandbox."""
 
 
@@ -78,7 +78,7 @@ def _host_value(node: ast.expr, where: str) -> Any:
     """Evaluate an expected-value expression on the host; it may use only builtins."""
     unknown = _free_names(node) - _SAFE_NAMES
     if unknown:
-        raise TestFormError(
+        raise UnsupportedTestForm(
             f"{where}: the expected value uses {sorted(unknown)}; it must be computable without the "
             "test's variables or the candidate's code (literals, builtins, comprehensions)"
         )
@@ -86,7 +86,7 @@ def _host_value(node: ast.expr, where: str) -> Any:
     try:
         return eval(code, {"__builtins__": builtins})  # trusted task source, never candidate code
     except Exception as exc:
-        raise TestFormError(f"{where}: the expected value raises {type(exc).__name__}: {exc}") from exc
+        raise UnsupportedTestForm(f"{where}: the expected value raises {type(exc).__name__}: {exc}") from exc
 
 
 def _observe_call(index: int, actual: ast.expr) -> ast.Expr:
@@ -121,28 +121,28 @@ class _Splitter(ast.NodeTransformer):
                 if isinstance(exc_type, type) and issubclass(exc_type, BaseException):
                     call = ast.Call(test.args[1], list(test.args[2:]), [])
                     return call, Check("raises", exc_name, text)
-            raise TestFormError(f"{self.where}: use raises(BuiltinError, func, *args), got {text!r}")
-        raise TestFormError(
+            raise UnsupportedTestForm(f"{self.where}: use raises(BuiltinError, func, *args), got {text!r}")
+        raise UnsupportedTestForm(
             f"{self.where}: unsupported assert {text!r}; use `assert X == EXPECTED`, "
             "`assert X is True/False/None` or `assert raises(Error, func, *args)`"
         )
 
 
-def plan_test(source: str, index: int = 0) -> TestPlan:
-    """Split one test; raises `TestFormError` naming what is wrong."""
+def plan_test(source: str, index: int = 0) -> SplitTest:
+    """Split one test; raises `UnsupportedTestForm` naming what is wrong."""
     where = f"tests[{index}]"
     tree = ast.parse(source)
     splitter = _Splitter(where)
     tree = ast.fix_missing_locations(splitter.visit(tree))
     if not splitter.checks:
-        raise TestFormError(f"{where}: a test needs at least one assert")
+        raise UnsupportedTestForm(f"{where}: a test needs at least one assert")
     names = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name)]
     if _RAISES in names or names.count(OBSERVE) != len(splitter.checks):
-        raise TestFormError(f"{where}: `raises` and `{OBSERVE}` may only appear as the asserts above")
-    return TestPlan(source, ast.unparse(tree), tuple(splitter.checks))
+        raise UnsupportedTestForm(f"{where}: `raises` and `{OBSERVE}` may only appear as the asserts above")
+    return SplitTest(source, ast.unparse(tree), tuple(splitter.checks))
 
 
 @functools.lru_cache(maxsize=1024)
-def plan_tests(tests: tuple[str, ...]) -> tuple[TestPlan, ...]:
+def plan_tests(tests: tuple[str, ...]) -> tuple[SplitTest, ...]:
     """The plans of a task's tests (cached: a task's tests are split once per process)."""
     return tuple(plan_test(source, index) for index, source in enumerate(tests))

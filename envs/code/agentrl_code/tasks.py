@@ -69,9 +69,7 @@ class Task(BaseModel):
 
     @model_validator(mode="after")
     def _entry_point_is_used(self) -> Task:
-        defined = {
-            node.name for node in ast.parse(self.solution).body if isinstance(node, ast.FunctionDef)
-        }
+        defined = {node.name for node in ast.parse(self.solution).body if isinstance(node, ast.FunctionDef)}
         if self.entry_point not in defined:
             raise ValueError(f"solution does not define a top-level function {self.entry_point!r}")
         if f"{self.entry_point}(" not in self.prompt:
