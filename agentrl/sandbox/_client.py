@@ -64,6 +64,11 @@ class RunnerSandbox(Sandbox):
                 raise SandboxError(
                     f"sandbox {self.name} stopped answering ({type(exc).__name__}){why}"
                 ) from exc
+            except BaseException:
+                # Cancelled (or interrupted) mid-request: the runner may still be working on it,
+                # and its late reply would answer the next request. Only a fresh sandbox is safe.
+                self.tainted = True
+                raise
         reply: dict[str, Any] = json.loads(line)
         if not reply.get("ok"):
             raise SandboxError(f"sandbox {self.name}: {reply.get('error')}")

@@ -26,6 +26,7 @@ from typing import Any
 
 from agentrl.errors import SandboxError
 from agentrl.sandbox._client import RUNNER_SOURCE, Channel, RunnerSandbox
+from agentrl.sandbox._shield import finish_despite_cancel
 from agentrl.sandbox.config import SandboxConfig
 from agentrl.sandbox.pool import Backend
 
@@ -128,10 +129,13 @@ class DockerSandbox(RunnerSandbox):
         if self._destroyed:
             return
         self._destroyed = True
-        await self._docker_channel.close()
+        # The removal is sent first and awaited to its end even if this task is cancelled, so a
+        # cancelled destroy still leaves no container. Closing the socket cannot block.
+        removal = self._backend.submit(partial(self.container.remove, force=True))
+        self._docker_channel.writer.close()
         # Already removed, or the engine is gone: either way the orphan reaper covers the rest.
         with contextlib.suppress(Exception):
-            await self._backend.call(partial(self.container.remove, force=True))
+            await finish_despite_cancel(removal)
 
 
 class DockerBackend(Backend):
@@ -171,8 +175,12 @@ class DockerBackend(Backend):
             }
         )
 
+    def submit(self, fn: Any, *args: Any) -> asyncio.Future[Any]:
+        """Run a blocking SDK call in the backend's threads (a future `asyncio.run` never cancels)."""
+        return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
     async def call(self, fn: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        return await self.submit(fn, *args)
 
     async def prepare(self) -> None:
         import docker
@@ -195,12 +203,12 @@ class DockerBackend(Backend):
                 await self.call(partial(container.remove, force=True))
         return len(dead)
 
-    def _create_blocking(self) -> tuple[Any, socket.socket]:
+    def _create_blocking(self, name: str) -> tuple[Any, socket.socket]:
         cfg = self.config
         container = self.client.containers.create(
             cfg.image,
             command=["python3", "-I", "-S", "-c", RUNNER_SOURCE, self.runner_config],
-            name=f"agentrl-sbx-{self.pool_id}-{uuid.uuid4().hex[:8]}",
+            name=name,
             labels=self.labels,
             user=cfg.user,
             working_dir="/work",
@@ -232,11 +240,36 @@ class DockerBackend(Backend):
         return container, raw
 
     async def create(self) -> DockerSandbox:
-        container, raw = await self.call(self._create_blocking)
-        reader, writer = await asyncio.open_connection(sock=raw, limit=1 << 30)
-        sandbox = DockerSandbox(container.name, DockerChannel(reader, writer), container, self)
-        await sandbox.check_started()
-        return sandbox
+        """Start one container; whatever stops this half-way (a failure, a cancellation) removes
+        the container, even one the engine finished making after the cancellation."""
+        name = f"agentrl-sbx-{self.pool_id}-{uuid.uuid4().hex[:8]}"
+        making = self.submit(self._create_blocking, name)
+        sandbox: DockerSandbox | None = None
+        try:
+            container, raw = await finish_despite_cancel(making)
+            try:
+                reader, writer = await asyncio.open_connection(sock=raw, limit=1 << 30)
+            except BaseException:
+                raw.close()
+                raise
+            sandbox = DockerSandbox(container.name, DockerChannel(reader, writer), container, self)
+            await sandbox.check_started()
+            return sandbox
+        except BaseException:
+            if sandbox is not None:
+                await sandbox.destroy()
+            else:  # the engine may hold a container of that name even if `making` failed late
+                if making.done() and not making.cancelled() and making.exception() is None:
+                    making.result()[1].close()
+                with contextlib.suppress(Exception):
+                    await finish_despite_cancel(self.submit(self._remove_by_name, name))
+            raise
+
+    def _remove_by_name(self, name: str) -> None:
+        import docker
+
+        with contextlib.suppress(docker.errors.NotFound):
+            self.client.api.remove_container(name, force=True)
 
     async def shutdown(self) -> None:
         await self.call(self.client.close)

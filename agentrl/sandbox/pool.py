@@ -12,10 +12,13 @@ import contextlib
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
+from typing import Any
 
 from agentrl.errors import SandboxError
 from agentrl.sandbox._client import RunnerSandbox
+from agentrl.sandbox._shield import finish_despite_cancel
 from agentrl.sandbox.base import SandboxPool
 from agentrl.sandbox.config import SandboxConfig
 
@@ -65,21 +68,55 @@ class RateLimiter:
             yield
 
 
+@dataclass(frozen=True)
+class PoolStats:
+    """A pool's own accounting; `balanced` holds at every moment, not only at rest.
+
+    Every sandbox whose creation finished is counted once in `created`, then is `alive` (idle,
+    lent out or being reset) until its removal starts, `destroying` while it runs, `destroyed`
+    after. So `created == alive + destroying + destroyed`; after `close()` alive, creating and
+    destroying are 0, i.e. everything ever created was removed.
+    """
+
+    created: int  # creations that finished (a replacement counts again)
+    replaced: int  # sandboxes removed because a run tainted them or their reset failed
+    destroyed: int  # removals that finished (replaced ones and those removed at close)
+    alive: int
+    idle: int
+    creating: int  # creations in flight
+    destroying: int  # removals in flight
+
+    @property
+    def balanced(self) -> bool:
+        return self.created == self.alive + self.destroying + self.destroyed
+
+
 class WarmPool(SandboxPool):
-    """Keeps `config.size` sandboxes; `acquire()` lends one, reset or replaced on return."""
+    """Keeps `config.size` sandboxes; `acquire()` lends one, reset or replaced on return.
+
+    Lifecycle guarantees (pinned by tests/test_sandbox_lifecycle.py): a creation or removal that
+    is cancelled (pool close, a cancelled holder, Ctrl-C, an exception in the caller) still ends
+    with the sandbox gone (see `_shield.py` and the backends' `create`/`destroy`); `close()`
+    waits for creations and releases in flight and removes what they made.
+    """
 
     def __init__(self, backend: Backend, config: SandboxConfig) -> None:
         self.backend = backend
         self.config = config
         self._idle: asyncio.Queue[RunnerSandbox] = asyncio.Queue()
         self._alive: set[RunnerSandbox] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # refills and releases in flight
         self._limiter = RateLimiter(config.creates_per_second, config.max_concurrent_creates)
         self._started = False
         self._closed = False
+        self._closing = asyncio.Event()
+        self._close_task: asyncio.Future[None] | None = None
         self._last_error: BaseException | None = None
-        self.created = 0  # sandboxes created over the pool's life (a replaced one counts again)
+        self.created = 0
         self.replaced = 0
+        self.destroyed = 0
+        self._creating = 0
+        self._destroying = 0
 
     @property
     def size(self) -> int:
@@ -89,6 +126,17 @@ class WarmPool(SandboxPool):
     def idle(self) -> int:
         return self._idle.qsize()
 
+    def stats(self) -> PoolStats:
+        return PoolStats(
+            created=self.created,
+            replaced=self.replaced,
+            destroyed=self.destroyed,
+            alive=len(self._alive),
+            idle=self._idle.qsize(),
+            creating=self._creating,
+            destroying=self._destroying,
+        )
+
     async def start(self) -> None:
         if self._started:
             return
@@ -96,7 +144,13 @@ class WarmPool(SandboxPool):
             raise SandboxError("this pool was closed; create a new one")
         await self.backend.prepare()
         self._started = True
-        results = await asyncio.gather(*(self._add_one() for _ in range(self.size)), return_exceptions=True)
+        try:
+            results = await asyncio.gather(
+                *(self._add_one() for _ in range(self.size)), return_exceptions=True
+            )
+        except BaseException:  # cancelled or failed start: `async with` will not call close() for us
+            await self.close()
+            raise
         errors = [r for r in results if isinstance(r, BaseException)]
         if len(errors) == len(results):
             await self.close()
@@ -104,24 +158,31 @@ class WarmPool(SandboxPool):
                 f"{self.backend.name} pool: no sandbox could be created: {errors[0]}"
             ) from errors[0]
         for _ in errors:  # partial failure: keep what started, retry the rest in the background
-            self._spawn_refill()
+            self._spawn(self._refill())
 
     async def _add_one(self) -> None:
         async with self._limiter.slot():
             if self._closed:
                 return
-            sandbox = await self.backend.create()
+            self._creating += 1
+            try:
+                sandbox = await self.backend.create()  # cleans up after itself if cancelled
+            finally:
+                self._creating -= 1
+        # No await between the creation and this bookkeeping: nothing can slip through.
         self.created += 1
-        if self._closed:
-            await sandbox.destroy()
-            return
         self._alive.add(sandbox)
+        if self._closed:  # closed while this creation was in flight: close() waits for us
+            await self._discard(sandbox)
+            return
         self._idle.put_nowait(sandbox)
 
-    def _spawn_refill(self) -> None:
-        task = asyncio.get_running_loop().create_task(self._refill())
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run `work` as a task that `close()` waits for."""
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _refill(self) -> None:
         delay = 0.5
@@ -138,7 +199,8 @@ class WarmPool(SandboxPool):
                     exc,
                     delay,
                 )
-                await asyncio.sleep(delay)
+                with contextlib.suppress(TimeoutError):  # close() ends the wait early
+                    await asyncio.wait_for(self._closing.wait(), delay)
                 delay = min(delay * 2, 10.0)
 
     @contextlib.asynccontextmanager
@@ -155,8 +217,9 @@ class WarmPool(SandboxPool):
         try:
             yield sandbox
         finally:
-            # Shielded: a cancelled holder must still hand the sandbox back (or have it replaced).
-            await asyncio.shield(self._release(sandbox))
+            # A task of the pool's own: a cancelled holder returns at once, the sandbox is still
+            # reset or replaced, and close() waits for that to finish.
+            await asyncio.shield(self._spawn(self._release(sandbox)))
 
     async def _release(self, sandbox: RunnerSandbox) -> None:
         if self._closed:
@@ -170,26 +233,54 @@ class WarmPool(SandboxPool):
                     "%s pool: reset of %s failed (%s); replacing it", self.backend.name, sandbox.name, exc
                 )
                 sandbox.tainted = True
+            except BaseException:  # cancelled mid-reset (Ctrl-C): remove it, then go on unwinding
+                await self._discard(sandbox)
+                raise
         if sandbox.tainted:
             self.replaced += 1
             await self._discard(sandbox)
-            self._spawn_refill()
+            if not self._closed:
+                self._spawn(self._refill())
+        elif self._closed:  # closed during the reset
+            await self._discard(sandbox)
         else:
             self._idle.put_nowait(sandbox)
 
     async def _discard(self, sandbox: RunnerSandbox) -> None:
+        """Remove a sandbox; counted once however many paths reach it (release and close)."""
+        if sandbox not in self._alive:
+            await sandbox.destroy()  # idempotent: finishes or joins a removal already started
+            return
         self._alive.discard(sandbox)
-        await sandbox.destroy()
+        self._destroying += 1
+        try:
+            await sandbox.destroy()
+        finally:
+            self._destroying -= 1
+            self.destroyed += 1
 
     async def close(self) -> None:
-        if self._closed:
-            return
+        """Remove every sandbox, after the creations and releases in flight have finished.
+
+        Idempotent; concurrent callers all wait for the same close.
+        """
+        if self._close_task is None:
+            self._close_task = asyncio.ensure_future(self._close())
+        await finish_despite_cancel(self._close_task)
+
+    async def _close(self) -> None:
         self._closed = True
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        while not self._idle.empty():
-            self._idle.get_nowait()
-        await asyncio.gather(*(sandbox.destroy() for sandbox in list(self._alive)), return_exceptions=True)
-        self._alive.clear()
-        await self.backend.shutdown()
+        self._closing.set()
+        try:
+            await self._wait_for_tasks()
+        finally:  # even when cancelled: whatever exists now is removed
+            while not self._idle.empty():
+                self._idle.get_nowait()
+            await asyncio.gather(*(self._discard(s) for s in list(self._alive)), return_exceptions=True)
+            await self._wait_for_tasks()  # a creation that finished meanwhile removes its sandbox
+            await self.backend.shutdown()
+
+    async def _wait_for_tasks(self) -> None:
+        # asyncio.wait, not gather: cancelling close() must not cancel the creations it waits for.
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))

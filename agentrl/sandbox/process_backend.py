@@ -97,7 +97,8 @@ class PipeChannel(Channel):
 
     async def close(self) -> None:
         if self.proc.returncode is None:
-            # unshare --kill-child takes the whole namespace down with it.
+            # unshare --kill-child takes the whole namespace down with it. The kill is sent
+            # before any await, so a cancelled close still ends the sandbox.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             await self.proc.wait()
@@ -117,8 +118,10 @@ class ProcessSandbox(RunnerSandbox):
         return f": {log[-500:]}" if log else ""
 
     async def destroy(self) -> None:
-        await self._pipe.close()
-        shutil.rmtree(self.host_dir, ignore_errors=True)
+        try:
+            await self._pipe.close()
+        finally:  # also when cancelled while waiting for the killed runner to be reaped
+            shutil.rmtree(self.host_dir, ignore_errors=True)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -194,15 +197,24 @@ class ProcessBackend(Backend):
             "/bin/sh", "-c", PROLOGUE, "sh", str(host_dir / "root"),
             str(self.config.work_mb), str(self.config.tmp_mb), RUNNER_SOURCE, self.runner_config,
         ]  # fmt: skip
-        with open(host_dir / "runner.log", "wb") as log:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=log,
-                start_new_session=True,
-                limit=1 << 30,  # one reply line carries a whole run's output, base64-encoded
-            )
+        try:
+            with open(host_dir / "runner.log", "wb") as log:
+                # A cancellation inside this call kills the half-started child (asyncio does).
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=log,
+                    start_new_session=True,
+                    limit=1 << 30,  # one reply line carries a whole run's output, base64-encoded
+                )
+        except BaseException:
+            shutil.rmtree(host_dir, ignore_errors=True)
+            raise
         sandbox = ProcessSandbox(name, PipeChannel(proc), host_dir)
-        await sandbox.check_started()
+        try:
+            await sandbox.check_started()
+        except BaseException:  # a failed or cancelled start leaves no process and no host dir
+            await sandbox.destroy()
+            raise
         return sandbox
