@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from agentrl.errors import ConfigError
 from agentrl.sandbox.base import ExecResult, LimitName, Sandbox, SandboxPool
 from agentrl.sandbox.config import SandboxConfig
-from agentrl.sandbox.pool import WarmPool
+from agentrl.sandbox.pool import PoolStats, WarmPool
 
 BackendName = Literal["auto", "docker", "process"]
 
@@ -50,6 +50,7 @@ def create_pool(backend: BackendName = "auto", size: int = 4, **limits: Any) -> 
 __all__ = [
     "ExecResult",
     "LimitName",
+    "PoolStats",
     "Sandbox",
     "SandboxConfig",
     "SandboxPool",
