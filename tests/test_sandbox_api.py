@@ -51,18 +51,21 @@ async def test_files_come_back_through_collect_and_read_file(pool: WarmPool) -> 
             await sandbox.read_file("../etc/passwd")
 
 
-async def test_release_resets_the_work_dir_and_tmp(pool: WarmPool) -> None:
+async def test_release_resets_the_work_dir_tmp_and_shm(pool: WarmPool) -> None:
     for _ in range(pool.size + 1):  # every sandbox of the pool, at least once more after its first use
         async with pool.acquire() as sandbox:
             result = await sandbox.run(
                 [
                     "python3",
                     "-c",
-                    "import os; print(sorted(os.listdir('.')), sorted(os.listdir('/tmp')))"
-                    "; open('leftover', 'w').write('x'); open('/tmp/leftover', 'w').write('x')",
+                    "import os; shm = os.path.isdir('/dev/shm')"
+                    "; print(sorted(os.listdir('.')), sorted(os.listdir('/tmp')),"
+                    " sorted(os.listdir('/dev/shm')) if shm else [])"
+                    "; open('leftover', 'w').write('x'); open('/tmp/leftover', 'w').write('x')"
+                    "; shm and open('/dev/shm/leftover', 'w').write('x')",
                 ]
             )
-            assert result.stdout == "[] []\n", result
+            assert result.stdout == "[] [] []\n", result
 
 
 async def test_background_processes_do_not_outlive_their_run(pool: WarmPool) -> None:

@@ -39,6 +39,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from agentrl.errors import InvalidArgumentError
+
 OBSERVE = "_observe"
 _RAISES = "raises"
 _SAFE_NAMES = frozenset(name for name in dir(builtins) if not name.startswith("_"))
@@ -63,8 +65,11 @@ class SplitTest:
     checks: tuple[Check, ...]
 
 
-class UnsupportedTestForm(ValueError):
-    """A test uses a form the host cannot judge without sending secrets to the sandbox."""
+class UnsupportedTestForm(InvalidArgumentError):
+    """A test uses a form the host cannot judge without sending secrets to the sandbox.
+
+    A `ValueError` too, so the task loader's validation reports it with the task's name.
+    """
 
 
 def _free_names(node: ast.AST) -> set[str]:

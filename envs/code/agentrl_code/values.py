@@ -16,12 +16,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from agentrl.errors import AgentRLError
+
 MAX_DEPTH = 100
 _SCALARS = (str, bool, type(None))
 _HASHABLE_TAGS = {"tuple", "frozenset", "bytes"}
 
 
-class BadValue(ValueError):
+class BadValue(AgentRLError, ValueError):
     """The sandbox sent something that is not a well-formed encoded value."""
 
 
