@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.errors import SandboxError
 from agentrl.sandbox import WarmPool, create_pool
 from agentrl.sandbox.docker_backend import LABEL
 from agentrl.sandbox.process_backend import DIR_PREFIX
@@ -124,6 +125,36 @@ async def test_cancelled_holders_leave_nothing_and_the_pool_recovers(backend: st
         async with pool.acquire():
             raise ValueError("caller failed")
     await pool.close()
+    assert_all_removed(pool, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_close_ends_waiting_acquires_and_removes_lent_sandboxes(backend: str) -> None:
+    require_backend(backend)
+    pool = create_pool(backend, size=1)
+    await pool.start()
+    lent = asyncio.Event()
+
+    async def holder() -> str:
+        async with pool.acquire() as sandbox:
+            lent.set()
+            result = await sandbox.run(["sh", "-c", "sleep 30"], timeout=60)  # removed under it
+        return "sandbox_error" if result.sandbox_error else "ran"
+
+    async def waiter() -> None:
+        async with pool.acquire():
+            pass
+
+    holding = asyncio.create_task(holder())
+    await lent.wait()
+    waiting = asyncio.create_task(waiter())
+    await asyncio.sleep(0.1)
+    started = asyncio.get_running_loop().time()
+    await pool.close()
+    with pytest.raises(SandboxError, match="pool closed while waiting"):
+        await waiting
+    assert await holding == "sandbox_error"
+    assert asyncio.get_running_loop().time() - started < 20  # not the 120 s acquire timeout
     assert_all_removed(pool, backend)
 
 

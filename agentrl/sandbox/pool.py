@@ -209,17 +209,40 @@ class WarmPool(SandboxPool):
             raise SandboxError("pool not started: `await pool.start()` or `async with pool:` first")
         if self._closed:
             raise SandboxError("pool is closed")
-        try:
-            sandbox = await asyncio.wait_for(self._idle.get(), self.config.acquire_timeout)
-        except TimeoutError:
-            why = f"; last creation error: {self._last_error}" if self._last_error else ""
-            raise SandboxError(f"no sandbox free after {self.config.acquire_timeout}s{why}") from None
+        sandbox = await self._next_idle()
         try:
             yield sandbox
         finally:
             # A task of the pool's own: a cancelled holder returns at once, the sandbox is still
             # reset or replaced, and close() waits for that to finish.
             await asyncio.shield(self._spawn(self._release(sandbox)))
+
+    async def _next_idle(self) -> RunnerSandbox:
+        """The next idle sandbox; a `SandboxError` on timeout or when the pool closes meanwhile."""
+        getter = asyncio.ensure_future(self._idle.get())
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            await asyncio.wait(
+                {getter, closing}, timeout=self.config.acquire_timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        except BaseException:  # cancelled while waiting: a sandbox it got meanwhile goes back
+            self._give_back_or_cancel(getter)
+            raise
+        finally:
+            closing.cancel()
+        if getter.done() and not getter.cancelled() and not self._closed:
+            return getter.result()
+        self._give_back_or_cancel(getter)  # closed at the same moment: close() removes it
+        if self._closed:
+            raise SandboxError("pool closed while waiting for a sandbox")
+        why = f"; last creation error: {self._last_error}" if self._last_error else ""
+        raise SandboxError(f"no sandbox free after {self.config.acquire_timeout}s{why}")
+
+    def _give_back_or_cancel(self, getter: asyncio.Future[RunnerSandbox]) -> None:
+        if getter.done() and not getter.cancelled():
+            self._idle.put_nowait(getter.result())
+        else:
+            getter.cancel()
 
     async def _release(self, sandbox: RunnerSandbox) -> None:
         if self._closed:

@@ -78,7 +78,7 @@ async def _grade_many(
     return list(await asyncio.gather(*(one(tests, code) for _, tests, code in submissions)))
 
 
-def test_every_hack_is_valid_python() -> None:
+async def test_every_hack_is_valid_python() -> None:
     for hack in HACKS:  # a hack that does not compile would score 0 without testing anything
         compile(hack_solution(hack, "count_vowels"), hack, "exec")
 
