@@ -68,6 +68,18 @@ async def test_release_resets_the_work_dir_tmp_and_shm(pool: WarmPool) -> None:
             assert result.stdout == "[] [] []\n", result
 
 
+async def test_release_removes_shared_memory_and_message_queues(pool: WarmPool) -> None:
+    code = (
+        "import ctypes; libc = ctypes.CDLL(None, use_errno=True)"
+        "; print(sum(len(open(f'/proc/sysvipc/{k}').read().splitlines()) - 1 for k in ('shm', 'msg', 'sem')))"
+        "; libc.shmget(0x5eed, 4096, 0o1666); libc.msgget(0x5eed, 0o1666); libc.semget(0x5eed, 1, 0o1666)"
+    )
+    for _ in range(pool.size + 1):  # what one holder leaves, the next does not find
+        async with pool.acquire() as sandbox:
+            result = await sandbox.run(["python3", "-c", code])
+        assert result.ok and result.stdout == "0\n", result
+
+
 async def test_background_processes_do_not_outlive_their_run(pool: WarmPool) -> None:
     async with pool.acquire() as sandbox:
         start = await sandbox.run(["sh", "-c", "(sleep 30 &) ; echo started"])

@@ -251,8 +251,34 @@ def force_remove(func, path, _exc):
     func(path)
 
 
+def remove_sysv_ipc():
+    """Remove System V shared memory, message queues and semaphores: they outlive the programs that
+    made them (they belong to the sandbox's IPC namespace), so the next holder would find them."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return
+    ipc_rmid = 0
+    removers = {
+        "shm": lambda ident: libc.shmctl(ident, ipc_rmid, None),
+        "msg": lambda ident: libc.msgctl(ident, ipc_rmid, None),
+        "sem": lambda ident: libc.semctl(ident, 0, ipc_rmid),
+    }
+    for kind, remove in removers.items():
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 1 and fields[1].isdigit():
+                remove(int(fields[1]))
+
+
 def op_reset(_req):
     kill_everything_else()
+    remove_sysv_ipc()
     for top in SCRUB_DIRS:
         if not os.path.isdir(top):  # e.g. no /dev/shm in this sandbox
             continue
