@@ -272,7 +272,7 @@ class WarmPool(SandboxPool):
     async def _discard(self, sandbox: RunnerSandbox) -> None:
         """Remove a sandbox; counted once however many paths reach it (release and close)."""
         if sandbox not in self._alive:
-            await sandbox.destroy()  # idempotent: finishes or joins a removal already started
+            await sandbox.destroy()  # idempotent: no second removal, no second count
             return
         self._alive.discard(sandbox)
         self._destroying += 1
