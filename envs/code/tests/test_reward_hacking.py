@@ -3,7 +3,8 @@
 On both backends. What runs where (see reward_hacks.py for the corpus):
 - every hack that attacks the grader from inside the candidate's process (forged reports,
   patched builtins/os/json, always-equal objects, early exits, SystemExit, killing the harness,
-  signalling every process, rewriting the harness, walking frames, scanning gc) against every one
+  signalling every process, rewriting the harness, walking frames, scanning gc, and the exploit
+  of issue 17: frames -> report channel -> a forged pass for every test) against every one
   of the 60 tasks (so every test form: equality, `is`, `raises`, inputs left alone, loops,
   unpacking), 4 submissions in flight through one pool; on Docker the five that end or signal
   the harness run against one task per test form and difficulty instead (`DISRUPTIVE`);
