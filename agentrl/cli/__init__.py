@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from agentrl.cli import envs, evaluate, serve, trainer_plugin
+from agentrl.cli import envs, evaluate, serve, trainer_plugin, view
 
 app = typer.Typer(
     name="agentrl",
@@ -15,7 +15,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
-for module in (envs, serve, evaluate, trainer_plugin):
+for module in (envs, serve, evaluate, view, trainer_plugin):
     module.register(app)
 
 

@@ -15,6 +15,7 @@ import warnings
 from collections import Counter
 from collections.abc import Iterator
 from importlib import metadata
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -28,6 +29,7 @@ from agentrl import registry
 from agentrl.core import Env
 from agentrl.errors import AgentRLError, UnknownEnvError
 from agentrl.generation import SamplingParams
+from agentrl.recording import RecordWriter
 from agentrl.rollout.manager import EnvManager
 from agentrl.rollout.protocol import Policy
 from agentrl.rollout.scripted import ExpertPolicy, RandomPolicy
@@ -212,6 +214,9 @@ def rollout(
     tokenizer: Annotated[str | None, typer.Option(help="URL policies: the served model's directory.")] = None,
     max_tokens: Annotated[int, typer.Option(help="URL policies: tokens sampled per turn.")] = 256,
     temperature: Annotated[float, typer.Option(help="URL policies: sampling temperature.")] = 1.0,
+    record: Annotated[
+        Path | None, typer.Option(help="Append every finished episode to a store here (`agentrl view` it).")
+    ] = None,
 ) -> None:
     """Play episodes of an env with a policy and print success, reward and throughput."""
     kwargs = _parse_env_args(env_arg)
@@ -244,12 +249,36 @@ def rollout(
         console=console,
     )
     bar = progress.add_task(env_id, total=groups * width)
-    manager.on_trajectory = lambda _: progress.advance(bar)
+    writer = _open_store(record)
+
+    def on_trajectory(trajectory: Trajectory) -> None:
+        progress.advance(bar)
+        if writer is not None and trajectory.stop_reason is not StopReason.CANCELLED:
+            writer.write_episode(trajectory, source="rollout", policy=policy)
+
+    manager.on_trajectory = on_trajectory
     started = time.perf_counter()
-    with progress, _fewer_gc_passes():
-        kept = asyncio.run(_collect(manager, range(seed, seed + groups)))
+    try:
+        with progress, _fewer_gc_passes():
+            kept = asyncio.run(_collect(manager, range(seed, seed + groups)))
+    finally:
+        if writer is not None:
+            writer.close()
     elapsed = time.perf_counter() - started
     _print_summary(manager, kept, elapsed)
+    if writer is not None:
+        size = f"{writer.bytes_written / 1e3:.1f} kB"
+        console.print(f"recorded to {writer.path} ({size}); browse it with `agentrl view {record}`")
+
+
+def _open_store(directory: Path | None) -> RecordWriter | None:
+    """A writer appending to a new file of the store in `directory` (created if needed)."""
+    if directory is None:
+        return None
+    try:
+        return RecordWriter(directory)
+    except (AgentRLError, OSError) as exc:
+        raise _fail(f"cannot record to {directory}: {exc}") from None
 
 
 @contextlib.contextmanager

@@ -1,0 +1,444 @@
+"""An append-only store of finished trajectories: written while a run trains, read while it runs.
+
+A store is a directory of `*.arl` files, one per writer. Each file is a sequence of framed records:
+
+    b"ARL1" | payload length (u32 LE) | CRC-32 of the payload (u32 LE) | payload
+
+and a payload is zlib-compressed `header length (u32 LE) | JSON header | binary arrays`. The
+header holds everything small (text, rewards, stop reason, timings, env id, seed, step, policy
+version, any extra turn fields such as tool calls); the per-token arrays (prompt and action token
+ids as int32, log-probs as float32 when that is exact and float64 otherwise, policy versions as
+int32) are packed after it, so an episode costs bytes per token rather than the dozen characters
+a JSON number takes, and reads back bit-for-bit.
+
+Why this framing:
+- *Readable while written*: records are only appended, each with one `write` call; a reader stops
+  at the first incomplete frame and picks up from there on its next poll.
+- *Safe across a crash*: a run killed mid-write leaves at most one torn frame at the end. Readers
+  ignore it (length or CRC does not match); the next writer to open the file truncates it away
+  before appending, so a resumed run never writes after garbage.
+- *No dependencies*: zlib, json and struct are in the standard library, so the env-side install
+  (no torch) can read and write stores.
+
+Two record kinds exist: `episode` (one trajectory plus where it came from) and `batch` (which
+episodes formed a training step's batch, group by group in the learner's order, with the loss and
+gradient norm the learner logged), which is what `agentrl replay` rebuilds a step from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import struct
+import sys
+import time
+import uuid
+import zlib
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentrl.errors import AgentRLError
+from agentrl.trajectory import StopReason, Trajectory, TrajectoryGroup, Turn
+
+MAGIC = b"ARL1"
+FRAME = struct.Struct("<4sII")  # magic, payload length, crc32(payload)
+SUFFIX = ".arl"
+RECORDING_DIR = "recording"  # where a training run keeps its store, under the run directory
+_ARRAY_FIELDS = ("prompt_token_ids", "action_token_ids", "action_logprobs", "action_versions")
+_TURN_FIELDS = {f.name for f in dataclasses.fields(Turn)}
+_MAX_PAYLOAD = 1 << 30  # a length above this is a torn or foreign frame, not a record
+
+
+class RecordingError(AgentRLError):
+    """A store that cannot be opened or a record that cannot be decoded."""
+
+
+# -- records ------------------------------------------------------------------------------------
+
+
+@dataclass
+class EpisodeRecord:
+    """A recorded trajectory and its provenance."""
+
+    key: str  # unique in the store; batch records refer to episodes by it
+    trajectory: Trajectory
+    source: str = "train"  # train | eval | rollout
+    step: int | None = None  # the training step whose batch (or whose evaluation) holds it
+    policy: str | None = None  # what played it: a checkpoint, a URL, "expert", ...
+    recorded_at: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """The fields a list of episodes shows and filters on (no tokens)."""
+        t = self.trajectory
+        versions = [v for turn in t.turns for v in turn.action_versions]
+        return {
+            "key": self.key,
+            "source": self.source,
+            "step": self.step,
+            "policy": self.policy,
+            "episode_id": t.episode_id,
+            "env_id": t.env_id,
+            "group_id": t.group_id,
+            "seed": t.seed,
+            "stop_reason": t.stop_reason.value,
+            "reward": t.total_reward,
+            "success": t.success,
+            "turns": len(t.turns),
+            "action_tokens": t.num_action_tokens,
+            "min_version": min(versions) if versions else None,
+            "max_version": max(versions) if versions else None,
+            "duration": t.duration,
+            "recorded_at": self.recorded_at,
+        }
+
+
+@dataclass
+class BatchGroup:
+    """One group of a training batch: its episodes in the order the learner saw them."""
+
+    group_id: str
+    seed: int | None
+    episodes: list[str]
+    cancelled: int = 0
+
+
+@dataclass
+class BatchRecord:
+    """Which episodes formed training step `step`, and what the learner logged for it."""
+
+    step: int  # the step this batch produced (1 for the first optimizer step)
+    version: int  # the learner's version before the step
+    groups: list[BatchGroup]
+    learner: dict[str, float] = field(default_factory=dict)  # loss, grad_norm, ... as logged
+    torch_threads: int | None = None  # the learner's intra-op threads (reductions depend on it)
+    recorded_at: float = 0.0
+
+
+# -- encoding -----------------------------------------------------------------------------------
+
+
+def _pack(values: Sequence[float] | Sequence[int], kind: str) -> tuple[str, bytes]:
+    """Pack a number list, choosing float32 only when every value survives the round trip."""
+    if kind == "f":
+        narrow = array("f", values)
+        typecode = "f" if list(narrow) == list(values) else "d"
+        packed = narrow if typecode == "f" else array("d", values)
+    else:
+        typecode, packed = "i", array("i", values)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return typecode, packed.tobytes()
+
+
+def _unpack(typecode: str, data: bytes) -> list[Any]:
+    values = array(typecode)
+    values.frombytes(data)
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values.tolist()
+
+
+def _jsonable(value: Any) -> Any:
+    """Extra turn fields (tool calls, messages) may be dataclasses; store their fields."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return str(value)
+
+
+def encode_episode(record: EpisodeRecord) -> bytes:
+    """The payload (before compression) of an episode record."""
+    t = record.trajectory
+    arrays: dict[str, list[Any]] = {name: [] for name in _ARRAY_FIELDS}
+    turns = []
+    for turn in t.turns:
+        data = {}
+        for f in dataclasses.fields(turn):
+            value = getattr(turn, f.name)
+            if f.name in arrays:
+                arrays[f.name].extend(value)
+                data["n_" + f.name] = len(value)
+            else:
+                data[f.name] = value
+        turns.append(data)
+    blobs = []
+    layout = []
+    for name, values in arrays.items():
+        typecode, blob = _pack(values, "f" if name == "action_logprobs" else "i")
+        layout.append([name, typecode, len(blob)])
+        blobs.append(blob)
+    header = {
+        "kind": "episode",
+        "key": record.key,
+        "source": record.source,
+        "step": record.step,
+        "policy": record.policy,
+        "recorded_at": record.recorded_at,
+        "trajectory": {
+            "episode_id": t.episode_id,
+            "env_id": t.env_id,
+            "group_id": t.group_id,
+            "seed": t.seed,
+            "system_prompt": t.system_prompt,
+            "stop_reason": t.stop_reason.value,
+            "error": t.error,
+            "final_observation": t.final_observation,
+            "started_at": t.started_at,
+            "finished_at": t.finished_at,
+            "info": t.info,
+            "turns": turns,
+        },
+        "arrays": layout,
+    }
+    return _with_header(header, b"".join(blobs))
+
+
+def encode_batch(record: BatchRecord) -> bytes:
+    header = {"kind": "batch", **dataclasses.asdict(record)}
+    return _with_header(header, b"")
+
+
+def _with_header(header: dict[str, Any], tail: bytes) -> bytes:
+    text = json.dumps(header, separators=(",", ":"), default=_jsonable).encode()
+    return struct.pack("<I", len(text)) + text + tail
+
+
+def decode(payload: bytes) -> EpisodeRecord | BatchRecord:
+    """Inverse of `encode_episode` / `encode_batch`."""
+    (size,) = struct.unpack_from("<I", payload)
+    header = json.loads(payload[4 : 4 + size])
+    if header["kind"] == "batch":
+        groups = [BatchGroup(**g) for g in header["groups"]]
+        fields = {k: v for k, v in header.items() if k not in ("kind", "groups")}
+        return BatchRecord(groups=groups, **fields)
+    if header["kind"] != "episode":
+        raise RecordingError(f"unknown record kind {header['kind']!r}")
+    arrays: dict[str, list[Any]] = {}
+    offset = 4 + size
+    for name, typecode, length in header["arrays"]:
+        arrays[name] = _unpack(typecode, payload[offset : offset + length])
+        offset += length
+    data = header["trajectory"]
+    cursors = dict.fromkeys(arrays, 0)
+    turns = []
+    for turn_data in data.pop("turns"):
+        kwargs = {k: v for k, v in turn_data.items() if k in _TURN_FIELDS}
+        for name in arrays:
+            n = turn_data.get("n_" + name, 0)
+            kwargs[name] = arrays[name][cursors[name] : cursors[name] + n]
+            cursors[name] += n
+        turns.append(Turn(**kwargs))
+    trajectory = Trajectory(**{**data, "stop_reason": StopReason(data["stop_reason"]), "turns": turns})
+    return EpisodeRecord(
+        key=header["key"],
+        trajectory=trajectory,
+        source=header["source"],
+        step=header["step"],
+        policy=header["policy"],
+        recorded_at=header["recorded_at"],
+    )
+
+
+def frame(payload: bytes, level: int = 6) -> bytes:
+    compressed = zlib.compress(payload, level)
+    return FRAME.pack(MAGIC, len(compressed), zlib.crc32(compressed)) + compressed
+
+
+# -- files --------------------------------------------------------------------------------------
+
+
+def scan(path: str | Path, start: int = 0) -> Iterator[tuple[int, bytes]]:
+    """Yield `(end_offset, payload)` of every complete record from `start`; stop at a torn one.
+
+    Stops (rather than raises) at anything that is not a whole, checksummed frame: that is the
+    tail a writer is still appending, or the remains of a killed one.
+    """
+    with open(path, "rb") as file:
+        file.seek(start)
+        offset = start
+        while True:
+            head = file.read(FRAME.size)
+            if len(head) < FRAME.size:
+                return
+            magic, length, crc = FRAME.unpack(head)
+            if magic != MAGIC or length > _MAX_PAYLOAD:
+                return
+            body = file.read(length)
+            if len(body) < length or zlib.crc32(body) != crc:
+                return
+            offset += FRAME.size + length
+            yield offset, zlib.decompress(body)
+
+
+def valid_length(path: str | Path) -> int:
+    """Bytes of `path` made of complete records (the offset a writer must append from)."""
+    end = 0
+    for end, _ in scan(path):  # noqa: B007 (the last one is the answer)
+        pass
+    return end
+
+
+class RecordWriter:
+    """Appends records to one `.arl` file of a store; one writer per file (an flock enforces it).
+
+    Each record goes out in a single unbuffered `write`, so what a reader or a crash sees is
+    whole records plus at most one partial frame at the end.
+    """
+
+    def __init__(self, directory: str | Path, name: str | None = None, *, level: int = 6) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        name = name or f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        self.path = self.directory / (name + SUFFIX)
+        self.level = level
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            raise RecordingError(f"{self.path} is being written by another process") from None
+        # Drop a torn tail left by a killed writer, then append after the last whole record.
+        os.ftruncate(self._fd, valid_length(self.path))
+        os.lseek(self._fd, 0, os.SEEK_END)
+        self.bytes_written = 0
+
+    def _append(self, payload: bytes) -> None:
+        data = frame(payload, self.level)
+        written = os.write(self._fd, data)
+        while written < len(data):  # only on exotic filesystems; keep the frame contiguous
+            written += os.write(self._fd, data[written:])
+        self.bytes_written += len(data)
+
+    def write_episode(
+        self,
+        trajectory: Trajectory,
+        *,
+        source: str = "train",
+        step: int | None = None,
+        policy: str | None = None,
+    ) -> str:
+        """Append one trajectory; returns its key (what a batch record refers to)."""
+        key = uuid.uuid4().hex[:16]
+        record = EpisodeRecord(key, trajectory, source, step, policy, recorded_at=time.time())
+        self._append(encode_episode(record))
+        return key
+
+    def write_batch(
+        self,
+        step: int,
+        version: int,
+        groups: Sequence[TrajectoryGroup],
+        *,
+        learner: dict[str, float] | None = None,
+        torch_threads: int | None = None,
+    ) -> BatchRecord:
+        """Append every trajectory of a training batch, then the batch record naming them in order."""
+        batch_groups = []
+        for group in groups:
+            keys = [self.write_episode(t, source="train", step=step) for t in group.trajectories]
+            batch_groups.append(BatchGroup(group.group_id, group.seed, keys, group.cancelled))
+        record = BatchRecord(
+            step, version, batch_groups, dict(learner or {}), torch_threads, recorded_at=time.time()
+        )
+        self._append(encode_batch(record))
+        return record
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+class Recording:
+    """A store read incrementally: `poll()` picks up what writers appended since the last call.
+
+    Episodes are kept as summaries plus their file offsets, so a store of many thousands of
+    episodes is listed without holding every token in memory; `episode(key)` decodes one.
+    A later batch record for a step replaces an earlier one (a resumed run redoes the steps after
+    its checkpoint).
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self._offsets: dict[Path, int] = {}
+        self._where: dict[str, tuple[Path, int]] = {}
+        self.summaries: list[dict[str, Any]] = []
+        self.batches: dict[int, BatchRecord] = {}
+        self.poll()
+
+    def files(self) -> list[Path]:
+        return sorted(self.directory.glob("*" + SUFFIX)) if self.directory.is_dir() else []
+
+    def poll(self) -> int:
+        """Read newly appended records; returns how many episodes were added."""
+        added = 0
+        for path in self.files():
+            start = self._offsets.get(path, 0)
+            if path.stat().st_size <= start:
+                continue
+            for end, payload in scan(path, start):
+                record = decode(payload)
+                if isinstance(record, BatchRecord):
+                    self.batches[record.step] = record
+                else:
+                    self._where[record.key] = (path, start)
+                    self.summaries.append(record.summary())
+                    added += 1
+                start = end
+            self._offsets[path] = start
+        return added
+
+    def episode(self, key: str) -> EpisodeRecord:
+        if key not in self._where:
+            raise RecordingError(f"no episode {key!r} in {self.directory}")
+        path, offset = self._where[key]
+        for _, payload in scan(path, offset):
+            record = decode(payload)
+            assert isinstance(record, EpisodeRecord)
+            return record
+        raise RecordingError(f"episode {key!r} at {path}:{offset} cannot be read")
+
+    def episodes(self) -> Iterator[EpisodeRecord]:
+        """Every episode record, in file order."""
+        for path in self.files():
+            for _, payload in scan(path):
+                record = decode(payload)
+                if isinstance(record, EpisodeRecord):
+                    yield record
+
+    def batch_groups(self, step: int) -> list[TrajectoryGroup]:
+        """The groups of step `step`'s batch, rebuilt in the learner's order."""
+        if step not in self.batches:
+            have = sorted(self.batches)
+            raise RecordingError(
+                f"{self.directory} has no batch record for step {step} (recorded steps: {have or 'none'})"
+            )
+        groups = []
+        for group in self.batches[step].groups:
+            trajectories = [self.episode(key).trajectory for key in group.episodes]
+            groups.append(TrajectoryGroup(group.group_id, group.seed, trajectories, group.cancelled))
+        return groups
+
+
+def find_store(path: str | Path) -> Path:
+    """The store directory of a run directory (its `recording/`) or the directory itself."""
+    path = Path(path)
+    if (path / RECORDING_DIR).is_dir():
+        return path / RECORDING_DIR
+    if path.is_dir() and any(path.glob("*" + SUFFIX)):
+        return path
+    raise RecordingError(f"{path} holds no recording (no {RECORDING_DIR}/ and no *{SUFFIX} files)")
