@@ -9,6 +9,8 @@ VLLM_VENV=${AGENTRL_VLLM_VENV:-/opt/agentrl-vllm}
 bash scripts/install.sh
 bash scripts/setup_docker.sh
 export AGENTRL_REQUIRE_DOCKER=1   # a Docker test that cannot reach the engine fails instead of skipping
+bash scripts/setup_browser.sh    # Chromium + chromedriver for the viewer's browser test
+export AGENTRL_REQUIRE_BROWSER=1
 
 "$PYTHON" -m ruff check .
 "$PYTHON" -m mypy   # strict on the contracts and the rollout side (files in pyproject.toml)
