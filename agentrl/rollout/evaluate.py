@@ -11,12 +11,14 @@ repeatable too, and evaluations of two checkpoints use the same random numbers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentrl.rollout.manager import EnvManager
 from agentrl.rollout.stats import RolloutStats
+from agentrl.trajectory import Trajectory
 
 
 @dataclass
@@ -49,15 +51,25 @@ async def evaluate_server(
     concurrency: int = 32,
     sampling_seed: int | None = 0,
     retry_for: float | None = None,
+    on_trajectory: Callable[[Trajectory], None] | None = None,
 ) -> EvalReport:
-    """Play `episodes` held-out seeds against the policy server at `url`."""
+    """Play `episodes` held-out seeds against the policy server at `url`.
+
+    `on_trajectory` sees every episode as it ends (the trainer records them).
+    """
     from agentrl.generation import SamplingParams
     from agentrl.rollout.client import PolicyClient
 
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
     client = PolicyClient(url, tokenizer_dir, sampling=params, seed=sampling_seed, retry_for=retry_for)
     manager = EnvManager(
-        env_id, client, group_size=1, max_concurrency=concurrency, max_turns=max_turns, env_kwargs=env_kwargs
+        env_id,
+        client,
+        group_size=1,
+        max_concurrency=concurrency,
+        max_turns=max_turns,
+        env_kwargs=env_kwargs,
+        on_trajectory=on_trajectory,
     )
     try:
         async with manager:

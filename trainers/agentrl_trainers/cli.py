@@ -120,6 +120,28 @@ def sft(
     )
 
 
+def replay(
+    run: Annotated[Path, typer.Argument(help="the run directory (OUT of `agentrl train`)")],
+    step: Annotated[int, typer.Option(help="the training step to recompute", min=1)],
+    tolerance: Annotated[float, typer.Option(help="allowed |replayed - logged|; 0: exact", min=0)] = 0.0,
+    threads: Annotated[int | None, typer.Option(help="torch threads (default: as recorded)", min=1)] = None,
+) -> None:
+    """Rebuild step N's batch from the recording and recompute its loss and gradient norm."""
+    from agentrl_trainers.replay import describe, replay_step
+
+    try:
+        result = replay_step(run, step, threads=threads)
+    except AgentRLError as exc:
+        raise _fail(exc) from exc
+    console.print(f"replayed from {result.start}", highlight=False)
+    for comparison in result.steps:
+        ok = comparison.matches(tolerance)
+        mark = "[green]MATCH[/]" if ok else "[red]MISMATCH[/]"
+        console.print(f"{mark} {describe(comparison)}", highlight=False)
+    if not all(c.matches(tolerance) for c in result.steps):
+        raise typer.Exit(code=1)
+
+
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
@@ -128,3 +150,4 @@ def register(app: typer.Typer) -> None:
     """Add the trainer's commands to the `agentrl` app (the `agentrl.trainers` entry point)."""
     app.command("train")(train)
     app.command("sft")(sft)
+    app.command("replay")(replay)

@@ -138,6 +138,16 @@ class ServerConfig(_Section):
     max_restarts: int = Field(3, ge=0)
 
 
+class RecordConfig(_Section):
+    """What the run writes to its trajectory store (OUT/recording/, read by `agentrl view`)."""
+
+    enabled: bool = True
+    # Episodes recorded per step; None = every trajectory of the batch plus the batch record that
+    # `agentrl replay` rebuilds the step from. A number records only that many, and no replay.
+    sample: int | None = Field(None, ge=1)
+    evaluations: bool = True  # held-out episodes too: the same seeds at every evaluation, to compare
+
+
 class TrainConfig(_Section):
     """The whole run."""
 
@@ -152,6 +162,7 @@ class TrainConfig(_Section):
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     sft: SFTConfig = Field(default_factory=SFTConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    record: RecordConfig = Field(default_factory=RecordConfig)
 
     @model_validator(mode="after")
     def _seeds_disjoint(self) -> TrainConfig:

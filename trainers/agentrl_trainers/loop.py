@@ -9,6 +9,8 @@ One run directory holds everything, so a run can be killed at any moment and res
     OUT/plots/*.png          reward / success vs step and vs wall-clock, written at the end
     OUT/server.log           the policy server's output
     OUT/recovery/            the learner's weights, written when the policy server had to be restarted
+    OUT/recording/           the trajectory store: each step's batch, evaluation episodes
+                             (`agentrl view OUT`, `agentrl replay OUT --step N`)
 
 Two concurrent parts share one asyncio loop: the producer streams groups from the
 `EnvManager` (its seeds come from `StalenessBuffer.admitted`, which pauses rollout while it is
@@ -59,6 +61,7 @@ from agentrl_trainers.buffer import StalenessBuffer
 from agentrl_trainers.config import TrainConfig
 from agentrl_trainers.learner import Learner
 from agentrl_trainers.metrics import MetricsWriter, plot_metrics, read_metrics, truncate_after
+from agentrl_trainers.recorder import StepRecorder
 from agentrl_trainers.sft import copy_tokenizer_files, save_checkpoint_dir, warm_start
 
 STATE_JSON = "state.json"
@@ -261,6 +264,7 @@ class TrainingRun:
         self.resume = resume
         self.progress = progress  # an object with .log(str) and .update(step, total, metrics)
         self._rollouts = RolloutStats()  # episodes ended since the last step
+        self._recorder: StepRecorder | None = None
 
     def _drain_rollouts(self) -> dict[str, float]:
         rollouts, self._rollouts = self._rollouts, RolloutStats()
@@ -310,6 +314,8 @@ class TrainingRun:
             version=learner.version,
         )
         writer = MetricsWriter(paths.root)
+        if config.record.enabled:
+            self._recorder = StepRecorder(paths.root, config.record)
         result = TrainResult(out=paths.root, steps=state["step"], version=learner.version, wall_time=0.0)
         await server.astart()  # spawned from the main thread: the server dies with the thread that started it
         self._supervisor = ServerSupervisor(server, learner, paths, config, self._log)
@@ -322,6 +328,8 @@ class TrainingRun:
                 await watchdog
             server.stop()
             writer.close()
+            if self._recorder is not None:
+                self._recorder.close()
         result.plots = plot_metrics(read_metrics(paths.root / "metrics.jsonl"), paths.plots)
         return result
 
@@ -404,6 +412,8 @@ class TrainingRun:
                     "server_restarts": float(self._supervisor.restarts),
                 }
                 writer.log(step, record)
+                if self._recorder is not None:
+                    await asyncio.to_thread(self._recorder.step, step, learner.version - 1, groups, metrics)
                 if self.progress is not None:
                     self.progress.update(step, schedule.steps, record)
                 if schedule.eval_every and step % schedule.eval_every == 0 and step < schedule.steps:
@@ -438,6 +448,7 @@ class TrainingRun:
             max_turns=config.env.max_turns,
             concurrency=config.env.concurrency,
             retry_for=config.server.startup_timeout + 30.0,
+            on_trajectory=self._evaluation_hook(step, version),
         )
         writer.log(
             step,
@@ -454,6 +465,12 @@ class TrainingRun:
             f"over {report.episodes} held-out episodes"
         )
         return report.success_rate
+
+    def _evaluation_hook(self, step: int, version: int) -> Any:
+        recorder = self._recorder
+        if recorder is None:
+            return None
+        return lambda trajectory: recorder.evaluation_episode(step, version, trajectory)
 
     def _save_checkpoint(
         self, learner: Learner, tokenizer_dir: Path, step: int, next_seed: int, wall: float
