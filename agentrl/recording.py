@@ -2,9 +2,13 @@
 
 A store is a directory of `*.arl` files, one per writer. Each file is a sequence of framed records:
 
-    b"ARL1" | payload length (u32 LE) | CRC-32 of the payload (u32 LE) | payload
+    magic (4 bytes) | body length (u32 LE) | CRC-32 of the body (u32 LE) | body
 
-and a payload is zlib-compressed `header length (u32 LE) | JSON header | binary arrays`. The
+and a body is a zlib-compressed payload `header length (u32 LE) | JSON header | binary arrays`.
+The file's first record is compressed on its own (magic `ARL1`); every later one (magic `ARLD`)
+with the first record's payload as zlib's preset dictionary, since episodes of one run share
+their system prompt, chat-template tokens and observation phrases: this cuts a GuessNumber
+episode from about 2.1 kB to 1.3 kB, below gzipped JSON lines (bench/recording_size.py). The
 header holds everything small (text, rewards, stop reason, timings, env id, seed, step, policy
 version, any extra turn fields such as tool calls); the per-token arrays (prompt and action token
 ids as int32, log-probs as float32 when that is exact and float64 otherwise, policy versions as
@@ -40,12 +44,14 @@ from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from agentrl.errors import AgentRLError
 from agentrl.trajectory import StopReason, Trajectory, TrajectoryGroup, Turn
 
-MAGIC = b"ARL1"
+MAGIC = b"ARL1"  # compressed alone: the file's first record, whose payload is the dictionary
+MAGIC_DICT = b"ARLD"  # compressed with the file's dictionary
+_DICT_BYTES = 32 * 1024  # zlib's window: a longer dictionary is not used
 FRAME = struct.Struct("<4sII")  # magic, payload length, crc32(payload)
 SUFFIX = ".arl"
 RECORDING_DIR = "recording"  # where a training run keeps its store, under the run directory
@@ -243,9 +249,23 @@ def decode(payload: bytes) -> EpisodeRecord | BatchRecord:
     )
 
 
-def frame(payload: bytes, level: int = 6) -> bytes:
-    compressed = zlib.compress(payload, level)
-    return FRAME.pack(MAGIC, len(compressed), zlib.crc32(compressed)) + compressed
+def frame(payload: bytes, level: int = 6, zdict: bytes | None = None) -> bytes:
+    """One framed record; with `zdict`, compressed against the file's dictionary."""
+    if zdict is None:
+        magic, body = MAGIC, zlib.compress(payload, level)
+    else:
+        compressor = zlib.compressobj(level, zdict=zdict)
+        magic, body = MAGIC_DICT, compressor.compress(payload) + compressor.flush()
+    return FRAME.pack(magic, len(body), zlib.crc32(body)) + body
+
+
+def _inflate(magic: bytes, body: bytes, zdict: bytes | None) -> bytes:
+    if magic == MAGIC:
+        return zlib.decompress(body)
+    if zdict is None:
+        raise RecordingError("a dictionary-compressed record precedes the file's first record")
+    decompressor = zlib.decompressobj(zdict=zdict)
+    return decompressor.decompress(body) + decompressor.flush()
 
 
 # -- files --------------------------------------------------------------------------------------
@@ -258,20 +278,32 @@ def scan(path: str | Path, start: int = 0) -> Iterator[tuple[int, bytes]]:
     tail a writer is still appending, or the remains of a killed one.
     """
     with open(path, "rb") as file:
-        file.seek(start)
+        zdict = None
+        if start > 0:  # the dictionary is the payload of the file's first record
+            first = _read_frame(file, None)
+            zdict = first[1][-_DICT_BYTES:] if first else None
+            file.seek(start)
         offset = start
-        while True:
-            head = file.read(FRAME.size)
-            if len(head) < FRAME.size:
-                return
-            magic, length, crc = FRAME.unpack(head)
-            if magic != MAGIC or length > _MAX_PAYLOAD:
-                return
-            body = file.read(length)
-            if len(body) < length or zlib.crc32(body) != crc:
-                return
-            offset += FRAME.size + length
-            yield offset, zlib.decompress(body)
+        while (item := _read_frame(file, zdict)) is not None:
+            size, payload = item
+            if offset == 0:
+                zdict = payload[-_DICT_BYTES:]
+            offset += size
+            yield offset, payload
+
+
+def _read_frame(file: BinaryIO, zdict: bytes | None) -> tuple[int, bytes] | None:
+    """(frame size, payload) of the whole frame at the file's position, or None."""
+    head = file.read(FRAME.size)
+    if len(head) < FRAME.size:
+        return None
+    magic, length, crc = FRAME.unpack(head)
+    if magic not in (MAGIC, MAGIC_DICT) or length > _MAX_PAYLOAD:
+        return None
+    body = file.read(length)
+    if len(body) < length or zlib.crc32(body) != crc:
+        return None
+    return FRAME.size + length, _inflate(magic, body, zdict)
 
 
 def valid_length(path: str | Path) -> int:
@@ -280,6 +312,13 @@ def valid_length(path: str | Path) -> int:
     for end, _ in scan(path):  # noqa: B007 (the last one is the answer)
         pass
     return end
+
+
+def _dictionary(path: str | Path) -> bytes | None:
+    """The file's compression dictionary (its first record's payload), None for an empty file."""
+    for _, payload in scan(path):
+        return payload[-_DICT_BYTES:]
+    return None
 
 
 class RecordWriter:
@@ -304,10 +343,13 @@ class RecordWriter:
         # Drop a torn tail left by a killed writer, then append after the last whole record.
         os.ftruncate(self._fd, valid_length(self.path))
         os.lseek(self._fd, 0, os.SEEK_END)
+        self._zdict = _dictionary(self.path)
         self.bytes_written = 0
 
     def _append(self, payload: bytes) -> None:
-        data = frame(payload, self.level)
+        data = frame(payload, self.level, self._zdict)
+        if self._zdict is None:
+            self._zdict = payload[-_DICT_BYTES:]
         written = os.write(self._fd, data)
         while written < len(data):  # only on exotic filesystems; keep the frame contiguous
             written += os.write(self._fd, data[written:])
