@@ -198,3 +198,9 @@ def test_viewer_in_headless_chromium_lists_filters_and_shows_an_episode(
     shot = tmp_path / "viewer.png"
     assert driver.save_screenshot(str(shot))
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+def test_view_command_names_a_directory_without_recordings(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["view", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "holds no recorded run" in result.output
