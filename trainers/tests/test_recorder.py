@@ -29,7 +29,7 @@ def group(name: str, size: int) -> TrajectoryGroup:
                     action_logprobs=[-0.5],
                     action_versions=[0],
                 )
-            ],  # fmt: skip
+            ],
             stop_reason=StopReason.TERMINATED,
         )
         for i in range(size)
