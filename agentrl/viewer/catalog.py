@@ -220,27 +220,21 @@ _FIELD = {"env": "env_id"}
 
 def _filter(query: Mapping[str, str]) -> Callable[[dict[str, Any]], bool]:
     """A predicate from query parameters; a malformed value is a 400 naming the parameter."""
-    tests: list[Callable[[dict[str, Any]], bool]] = []
-    for name in _TEXT_FILTERS:
-        if query.get(name):
-            wanted, key = query[name], _FIELD.get(name, name)
-            tests.append(lambda s, wanted=wanted, key=key: str(s[key]) == wanted)
+    equal: dict[str, Any] = {_FIELD.get(name, name): query[name] for name in _TEXT_FILTERS if query.get(name)}
     for name in ("step", "seed"):
         if query.get(name):
-            value = _number(query, name, int)
-            tests.append(lambda s, value=value, name=name: s[name] == value)
+            equal[name] = _number(query, name, int)
     if query.get("success"):
         if query["success"] not in ("true", "false"):
             raise BadQuery(f"success must be true or false, got {query['success']!r}")
-        flag = query["success"] == "true"
-        tests.append(lambda s: s["success"] == flag)
-    if query.get("min_reward"):
-        low = _number(query, "min_reward", float)
-        tests.append(lambda s: s["reward"] >= low)
-    if query.get("max_reward"):
-        high = _number(query, "max_reward", float)
-        tests.append(lambda s: s["reward"] <= high)
-    return lambda s: all(test(s) for test in tests)
+        equal["success"] = query["success"] == "true"
+    low = _number(query, "min_reward", float) if query.get("min_reward") else -math.inf
+    high = _number(query, "max_reward", float) if query.get("max_reward") else math.inf
+
+    def matches(summary: dict[str, Any]) -> bool:
+        return low <= summary["reward"] <= high and all(summary[k] == v for k, v in equal.items())
+
+    return matches
 
 
 def _number(query: Mapping[str, str], name: str, kind: type[int] | type[float]) -> Any:

@@ -108,7 +108,7 @@ class ViewerServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> ViewerServer:
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="agentrl-viewer", daemon=True)
