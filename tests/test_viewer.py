@@ -161,12 +161,14 @@ def browser(tmp_path: Path) -> Iterator[object]:
 def test_viewer_in_headless_chromium_lists_filters_and_shows_an_episode(
     browser: object, viewer: ViewerServer, recorded: Path, tmp_path: Path
 ) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
     driver = browser
     summaries = Recording(recorded).summaries
-    wait = WebDriverWait(driver, 20)
+    # The page redraws the list as answers arrive; an element read mid-redraw is simply read again.
+    wait = WebDriverWait(driver, 20, ignored_exceptions=[StaleElementReferenceException])
     driver.get(viewer.url)
 
     def rows() -> list:

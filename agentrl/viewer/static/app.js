@@ -15,7 +15,7 @@ const CURVES = [
   ["tokens_per_s", "tokens / s"],
 ];
 const VERSION_COLOURS = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2"];
-const state = { run: null, selected: null, tab: "episodes", listSignature: "" };
+const state = { run: null, selected: null, tab: "episodes", listSignature: "", listRequest: 0 };
 const $ = (id) => document.getElementById(id);
 
 function el(tag, attrs = {}, ...children) {
@@ -82,7 +82,11 @@ async function refreshRuns() {
 }
 
 async function refreshList() {
+  // A poll sent before a filter changed may answer after the filtered request: only the newest
+  // request may draw the list.
+  const request = ++state.listRequest;
   const result = await api("episodes", filters());
+  if (request !== state.listRequest) return;
   const signature = JSON.stringify([result.total, result.episodes.map((e) => e.key)]);
   if (signature === state.listSignature) return;
   state.listSignature = signature;
