@@ -450,8 +450,9 @@ class Recording:
         path, offset = self._where[key]
         for _, payload in scan(path, offset):
             record = decode(payload)
-            assert isinstance(record, EpisodeRecord)
-            return record
+            if isinstance(record, EpisodeRecord):
+                return record
+            break
         raise RecordingError(f"episode {key!r} at {path}:{offset} cannot be read")
 
     def episodes(self) -> Iterator[EpisodeRecord]:
