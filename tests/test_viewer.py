@@ -206,3 +206,20 @@ def test_view_command_names_a_directory_without_recordings(tmp_path: Path) -> No
     result = CliRunner().invoke(app, ["view", str(tmp_path)])
     assert result.exit_code == 2
     assert "holds no recorded run" in result.output
+
+
+def test_page_shows_episodes_recorded_after_it_loaded(browser: object, tmp_path: Path) -> None:
+    from recording_helpers import make_trajectory
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = browser
+    writer = RecordWriter(tmp_path / "store", "live")
+    writer.write_episode(make_trajectory(0))
+    with ViewerServer(Catalog(tmp_path / "store")) as server:
+        driver.get(server.url)
+        wait = WebDriverWait(driver, 20)
+        wait.until(lambda _: driver.find_element(By.ID, "list-count").text == "1 episodes")
+        writer.write_episode(make_trajectory(1))  # the run goes on; the page's poll picks it up
+        wait.until(lambda _: driver.find_element(By.ID, "list-count").text == "2 episodes")
+    writer.close()
