@@ -16,6 +16,8 @@ from pathlib import Path
 import yaml
 from agentrl_trainers.metrics import read_metrics
 
+from agentrl.recording import Recording
+
 CONFIG = {
     "mode": "async",
     "env": {"id": "games/GuessNumber-v0", "group_size": 4, "max_turns": 5},
@@ -63,3 +65,10 @@ def test_kill_9_then_resume_finishes_with_the_step_counter_continuing(tmp_path: 
     walls = [r["wall_time"] for r in records]
     assert walls == sorted(walls)  # wall-clock carries across the restart
     assert (run / "checkpoints/step_000006/state.json").is_file()
+
+    # The trajectory store survived the kill: the resumed run cut any torn record and appended,
+    # every step's batch reads back whole, and each holds the loss the metrics log has for it.
+    store = Recording(run / "recording")
+    assert sorted(store.batches) == [1, 2, 3, 4, 5, 6]
+    assert [store.batches[r["step"]].learner["loss"] for r in records] == [r["learner/loss"] for r in records]
+    assert all(len(store.batch_groups(step)) == 2 for step in store.batches)
