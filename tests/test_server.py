@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import httpx
+import pytest
 import torch
 
 from agentrl.serving.engine import TorchEngine
@@ -107,8 +109,9 @@ def test_server_process_reports_its_cpu_time(ckpt):
     """`agentrl serve` as a child process: ready on /health, its CPU time readable, stopped cleanly."""
     from agentrl.serving.process import ServerProcess
 
-    with ServerProcess(ckpt, threads=1) as server:
-        assert httpx.get(f"{server.url}/health").json()["version"] == 0
+    with ServerProcess(ckpt, threads=1, version=4) as server:
+        assert httpx.get(f"{server.url}/health").json()["version"] == 4  # --policy-version
+        group = server.pid
         first = server.cpu_seconds()
         assert first is not None and first > 0  # starting Python and loading the model took CPU
         body = {"prompt_token_ids": [5, 6, 7], "max_tokens": 8, "temperature": 1.0}
@@ -116,3 +119,5 @@ def test_server_process_reports_its_cpu_time(ckpt):
             httpx.post(f"{server.url}/v1/generate", json=body, timeout=60)
         assert server.cpu_seconds() >= first
     assert server.cpu_seconds() is None  # stopped
+    with pytest.raises(ProcessLookupError):  # and nothing of its process group is left
+        os.killpg(group, 0)

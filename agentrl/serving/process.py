@@ -15,6 +15,7 @@ training overlap on a 2-core machine. The traffic is real HTTP on loopback eithe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -207,15 +208,22 @@ class ServerProcess:
     def close(self) -> None:
         self.stop()
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 30.0) -> None:
+        """SIGTERM, up to `grace` seconds to shut down, then SIGKILL for the whole process group.
+
+        The server is its process group's leader, and the processes it starts stay in the group
+        (vLLM's engine core and workers): killing the group, also after a clean exit, means none
+        of them outlives the server holding its memory.
+        """
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        if process is not None:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=grace)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
         if self._log is not None:
             self._log.close()
             self._log = None
