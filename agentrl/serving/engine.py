@@ -17,8 +17,16 @@ The KV cache is one tensor [layers, 2, rows, kv_heads, capacity, head_dim]; runn
 owns row i. Rows stay contiguous (a leaving row is replaced by the last one), so every forward
 reads a plain slice of the cache, never a gathered copy. Capacity grows on demand.
 
+Shared prompts. Requests admitted together with the same prompt (the server's `n > 1`) are
+prefilled once: the others copy the first one's cache row and sample from its logits.
+
+Memory. The cache is bounded by `kv_cache_bytes`: a request is admitted only while (rows) x
+(longest reservation, prompt + max_tokens) fits, so it never has to grow past the budget (a lone
+request is always admitted). When the engine goes idle the cache shrinks back to its initial size
+and freed pages are returned to the OS, so a burst does not leave the process at its peak size.
+
 Sessions. A request with `session_id` keeps its KV prefix (all tokens but the last sampled one)
-when it finishes, in an LRU store bounded by `session_tokens`. The next request of the session
+when it finishes, in an LRU store bounded by `session_bytes`. The next request of the session
 re-encodes only the tokens after that prefix, if its prompt starts with exactly those tokens;
 otherwise it is prefilled in full (a miss, counted).
 
@@ -27,27 +35,47 @@ batch. Tokens sampled before it carry the old version, tokens after it the new o
 running request keeps its tokens but its KV cache is dropped and rebuilt from its full token
 sequence with the new weights before its next token, and all kept session prefixes are
 discarded; so no token is ever computed from a mix of old and new weights, and no request is
-aborted or corrupted. (A turn that spans an update therefore carries both versions.)
+aborted or corrupted. (A turn that spans an update therefore carries both versions.) The
+caller names the version (the learner owns it); every tensor is checked before the swap, so an
+update is applied whole or not at all.
+
+Cancellation and failure. A cancelled `generate` (or a closed `stream`) marks its request; the
+worker frees its row at the next step and counts it in `cancelled`. If the worker itself raises,
+the engine is dead: every waiting request fails with `EngineDead`, `health()` says why, and new
+requests are refused with `EngineDead` rather than hanging.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from agentrl.errors import PolicyError
 from agentrl.generation import GenerationResult, SamplingParams
-from agentrl.serving.engine_api import EngineOverloaded, InvalidRequest, check_version
-from agentrl.serving.model import CausalLM, load_safetensors_dir
+from agentrl.serving.engine_api import (
+    EngineDead,
+    EngineOverloaded,
+    GenerationChunk,
+    InvalidRequest,
+    StaleVersion,
+    check_version,
+)
+from agentrl.serving.model import CausalLM
 from agentrl.serving.sampling import sample
+from agentrl.serving.weights import check_state_dict, read_checkpoint_tensors
+
+MAX_TOP_LOGPROBS = 20
+INITIAL_ROWS, INITIAL_CAPACITY = 8, 256
 
 
 @dataclass
@@ -56,20 +84,29 @@ class _Request:
     prompt_len: int
     params: SamplingParams
     session_id: str | None
-    future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     stop_ids: frozenset[int]
     generator: torch.Generator | None
+    future: asyncio.Future | None = None  # generate(): resolved once with the whole result
+    sink: asyncio.Queue | None = None  # stream(): receives a GenerationChunk per step
     cached: int = 0  # tokens whose keys/values are valid in this request's cache row
     cached_prompt: int = 0
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    sent: int = 0  # generated tokens already sent to a stream
     cancelled: bool = False
+    done: bool = False
     kept: _Session | None = None  # a session prefix to copy into this request's row on admission
 
     @property
     def generated(self) -> list[int]:
         return self.tokens[self.prompt_len :]
+
+    @property
+    def reserve(self) -> int:
+        """The most cache positions this request can ever occupy."""
+        return len(self.tokens) + self.params.max_tokens - len(self.generated)
 
 
 @dataclass
@@ -77,21 +114,34 @@ class _Session:
     tokens: list[int]
     kv: torch.Tensor  # [layers, 2, kv_heads, len(tokens), head_dim]
 
+    @property
+    def nbytes(self) -> int:
+        return self.kv.numel() * self.kv.element_size()
 
-_Update = tuple[Mapping[str, torch.Tensor], int, asyncio.Future, asyncio.AbstractEventLoop]
+
+@dataclass
+class _Update:
+    state: Mapping[str, torch.Tensor]
+    version: int
+    done: asyncio.Future
+    loop: asyncio.AbstractEventLoop
 
 
 @dataclass
 class EngineStats:
     requests: int = 0
     finished: int = 0
+    cancelled: int = 0
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0
+    shared_prompt_tokens: int = 0  # prefill saved by identical prompts admitted together (n > 1)
     generated_tokens: int = 0
     session_hits: int = 0
     session_misses: int = 0
+    session_evictions: int = 0
     steps: int = 0
     weight_updates: int = 0
+    cache_shrinks: int = 0
 
 
 class TorchEngine:
@@ -106,7 +156,8 @@ class TorchEngine:
         max_batch: int = 256,
         max_queue: int = 4096,
         prefill_tokens: int = 2048,
-        session_tokens: int = 1_000_000,
+        kv_cache_bytes: int = 1 << 30,
+        session_bytes: int = 256 << 20,
         seed: int = 0,
         version: int = 0,
     ) -> None:
@@ -117,24 +168,32 @@ class TorchEngine:
         self.eos_token_ids = frozenset(eos_token_ids)
         self.decode = decode
         self.max_batch, self.max_queue = max_batch, max_queue
-        self.prefill_tokens, self.session_tokens = prefill_tokens, session_tokens
+        self.prefill_tokens = prefill_tokens
         self.max_len = self.cfg.max_position_embeddings
+        c = self.cfg
+        elem = torch.empty((), dtype=self.dtype).element_size()
+        self.bytes_per_token = c.num_hidden_layers * 2 * c.num_key_value_heads * c.head_dim * elem
+        # Never below one full-context row: a lone request must always fit.
+        self.kv_cache_bytes = max(kv_cache_bytes, self.max_len * self.bytes_per_token)
+        self.session_bytes = session_bytes
         self.stats = EngineStats()
-        self._version = version  # the trainer's number for these weights (see update_weights)
+        self._version = version
         self._generator = torch.Generator().manual_seed(seed)
         self._queue: deque[_Request] = deque()
         self._running: list[_Request] = []
+        self._followers: list[tuple[_Request, _Request]] = []  # (follower, leader) admitted this step
         self._updates: deque[_Update] = deque()
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
-        self._session_total = 0
+        self._session_total = 0  # bytes
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._cache = self._allocate(rows=8, capacity=256)
+        self._dead: str | None = None
+        self._cache = self._allocate(INITIAL_ROWS, INITIAL_CAPACITY)
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path, *, device: str = "cpu", dtype: torch.dtype = torch.float32, **kwargs
+        cls, path: str | Path, *, device: str = "cpu", dtype: torch.dtype = torch.float32, **kwargs: Any
     ) -> TorchEngine:
         """Load a HF checkpoint directory: weights, EOS ids (config + generation_config), decoder."""
         from tokenizers import Tokenizer
@@ -159,8 +218,24 @@ class TorchEngine:
     def version(self) -> int:
         return self._version
 
+    def health(self) -> str | None:
+        return self._dead
+
+    def metrics(self) -> dict[str, Any]:
+        return {
+            "running": len(self._running),
+            "queued": len(self._queue),
+            "cancelled": self.stats.cancelled,
+            "kv_cache_bytes": self._cache.numel() * self._cache.element_size(),
+            "kv_cache_budget_bytes": self.kv_cache_bytes,
+            "sessions": len(self._sessions),
+            "session_bytes": self._session_total,
+            "session_budget_bytes": self.session_bytes,
+            **asdict(self.stats),
+        }
+
     async def start(self) -> None:
-        if self._thread is None:
+        if self._thread is None and self._dead is None:
             self._stopping = False
             self._thread = threading.Thread(target=self._run, name="agentrl-engine", daemon=True)
             self._thread.start()
@@ -174,55 +249,58 @@ class TorchEngine:
             await asyncio.to_thread(self._thread.join)
             self._thread = None
         for req in [*self._running, *self._queue]:
-            self._resolve(req, "abort")
+            self._finish(req, "abort")
         self._running.clear()
         self._queue.clear()
 
     async def generate(
         self, prompt_token_ids: list[int], params: SamplingParams, *, session_id: str | None = None
     ) -> GenerationResult:
-        self._validate(prompt_token_ids, params)
-        if self._thread is None:
-            raise PolicyError("the engine is not started; call `await engine.start()` first")
-        loop = asyncio.get_running_loop()
-        gen = None if params.seed is None else torch.Generator().manual_seed(params.seed)
-        req = _Request(
-            tokens=list(prompt_token_ids),
-            prompt_len=len(prompt_token_ids),
-            params=params,
-            session_id=session_id,
-            future=loop.create_future(),
-            loop=loop,
-            stop_ids=self.eos_token_ids | frozenset(params.stop_token_ids),
-            generator=gen,
-        )
-        with self._cond:
-            if len(self._queue) >= self.max_queue:
-                raise EngineOverloaded(f"request queue is full ({self.max_queue} waiting); retry later")
-            self._queue.append(req)
-            self.stats.requests += 1
-            self._cond.notify()
+        req = self._submit(prompt_token_ids, params, session_id, streaming=False)
+        assert req.future is not None
         try:
             return await req.future
         except asyncio.CancelledError:
-            req.cancelled = True  # the worker drops it at its next step
+            self._cancel(req)
             raise
 
+    async def stream(
+        self, prompt_token_ids: list[int], params: SamplingParams, *, session_id: str | None = None
+    ) -> AsyncIterator[GenerationChunk]:
+        req = self._submit(prompt_token_ids, params, session_id, streaming=True)
+        assert req.sink is not None
+        try:
+            while True:
+                item = await req.sink.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finish_reason is not None:
+                    return
+        finally:
+            self._cancel(req)
+
     async def update_weights(self, source: str | Path | Mapping[str, torch.Tensor], version: int) -> int:
-        """Swap weights between two steps (policy in the module docstring), stamped `version`."""
+        """Check every tensor, then swap between two steps (module docstring); return `version`."""
+        self._check_alive()
         check_version(self._version, version)
-        if isinstance(source, str | Path):
-            state: Mapping[str, torch.Tensor] = await asyncio.to_thread(load_safetensors_dir, source)
-        else:
-            state = source
+        state = await asyncio.to_thread(self._read_and_check, source)
         loop = asyncio.get_running_loop()
-        done: asyncio.Future = loop.create_future()
+        update = _Update(state, version, loop.create_future(), loop)
         with self._cond:
-            self._updates.append((state, version, done, loop))
+            self._updates.append(update)
             self._cond.notify()
         if self._thread is None:  # not running: apply right here
             self._apply_updates()
-        return await done
+        return int(await update.done)
+
+    def drop_sessions(self, session_ids: list[str]) -> None:
+        """Forget sessions' kept prefixes (episodes ended). Safe from any thread."""
+        with self._cond:
+            for session_id in session_ids:
+                kept = self._sessions.pop(session_id, None)
+                if kept is not None:
+                    self._session_total -= kept.nbytes
 
     # ---- introspection -----------------------------------------------------------------------
 
@@ -238,14 +316,47 @@ class TorchEngine:
     def kept_sessions(self) -> int:
         return len(self._sessions)
 
-    def drop_session(self, session_id: str) -> None:
-        """Forget a session's kept prefix (the episode ended). Safe from any thread."""
-        with self._cond:
-            kept = self._sessions.pop(session_id, None)
-            if kept is not None:
-                self._session_total -= len(kept.tokens)
+    # ---- submitting, checking, delivering ------------------------------------------------------
 
-    # ---- request checks and results ------------------------------------------------------------
+    def _submit(
+        self, prompt: list[int], params: SamplingParams, session_id: str | None, *, streaming: bool
+    ) -> _Request:
+        self._validate(prompt, params)
+        self._check_alive()
+        if self._thread is None:
+            raise PolicyError("the engine is not started; call `await engine.start()` first")
+        loop = asyncio.get_running_loop()
+        gen = None if params.seed is None else torch.Generator().manual_seed(params.seed)
+        req = _Request(
+            tokens=list(prompt),
+            prompt_len=len(prompt),
+            params=params,
+            session_id=session_id,
+            loop=loop,
+            stop_ids=self.eos_token_ids | frozenset(params.stop_token_ids),
+            generator=gen,
+        )
+        if streaming:
+            req.sink = asyncio.Queue()
+        else:
+            req.future = loop.create_future()
+        with self._cond:
+            if len(self._queue) >= self.max_queue:
+                raise EngineOverloaded(f"request queue is full ({self.max_queue} waiting); retry later")
+            self._queue.append(req)
+            self.stats.requests += 1
+            self._cond.notify()
+        return req
+
+    def _cancel(self, req: _Request) -> None:
+        if not req.done:
+            req.cancelled = True  # the worker frees its row at its next step
+            with self._cond:
+                self._cond.notify()
+
+    def _check_alive(self) -> None:
+        if self._dead is not None:
+            raise EngineDead(self._dead)
 
     def _validate(self, prompt: list[int], p: SamplingParams) -> None:
         if not prompt:
@@ -255,31 +366,65 @@ class TorchEngine:
         bad = [t for t in prompt if not 0 <= t < self.cfg.vocab_size]
         if bad:
             raise InvalidRequest(f"token ids out of range [0, {self.cfg.vocab_size}): {bad[:5]}")
+        bad_stop = [t for t in p.stop_token_ids if not 0 <= t < self.cfg.vocab_size]
+        if bad_stop:
+            raise InvalidRequest(f"stop_token_ids out of range [0, {self.cfg.vocab_size}): {bad_stop[:5]}")
         if p.max_tokens < 1:
             raise InvalidRequest(f"max_tokens must be >= 1, got {p.max_tokens}")
-        if p.temperature < 0:
-            raise InvalidRequest(f"temperature must be >= 0, got {p.temperature}")
+        if not (p.temperature >= 0 and p.temperature != float("inf")):
+            raise InvalidRequest(f"temperature must be a finite number >= 0, got {p.temperature}")
         if not 0 < p.top_p <= 1:
             raise InvalidRequest(f"top_p must be in (0, 1], got {p.top_p}")
+        if not 0 <= p.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise InvalidRequest(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {p.top_logprobs}")
+        if p.seed is not None and not -(2**63) <= p.seed < 2**63:
+            raise InvalidRequest(f"seed must fit in a signed 64-bit integer, got {p.seed}")
         if p.stop and self.decode is None:
             raise InvalidRequest("stop strings need a tokenizer; this engine has none")
 
-    def _resolve(self, req: _Request, reason: str) -> None:
-        result = GenerationResult(
-            token_ids=req.generated,
-            logprobs=req.logprobs,
-            versions=req.versions,
-            finish_reason=reason,
-            prompt_tokens=req.prompt_len,
-            cached_prompt_tokens=req.cached_prompt,
-        )
+    def _read_and_check(self, source: str | Path | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        state = read_checkpoint_tensors(source) if isinstance(source, str | Path) else source
+        optional = frozenset({"lm_head.weight"}) if self.cfg.tie_word_embeddings else frozenset()
+        return check_state_dict(state, self.model.state_dict(), optional)
 
-        def deliver() -> None:
-            if not req.future.done():
-                req.future.set_result(result)
+    def _deliver(self, req: _Request, reason: str | None) -> None:
+        """Send a streaming request its new tokens; resolve a finished request. Worker thread."""
+        if reason is not None:
+            req.done = True
+        if req.sink is not None:
+            chunk = GenerationChunk(
+                token_ids=req.generated[req.sent :],
+                logprobs=req.logprobs[req.sent :],
+                versions=req.versions[req.sent :],
+                top_logprobs=req.top_logprobs[req.sent :],
+                finish_reason=reason,
+                prompt_tokens=req.prompt_len,
+                cached_prompt_tokens=req.cached_prompt,
+            )
+            req.sent = len(req.generated)
+            if chunk.token_ids or reason is not None:
+                _call_soon(req.loop, req.sink.put_nowait, chunk)
+        elif reason is not None and req.future is not None:
+            result = GenerationResult(
+                token_ids=req.generated,
+                logprobs=req.logprobs,
+                versions=req.versions,
+                finish_reason=reason,
+                prompt_tokens=req.prompt_len,
+                cached_prompt_tokens=req.cached_prompt,
+                top_logprobs=req.top_logprobs,
+            )
+            _call_soon(req.loop, _set_result, req.future, result)
 
-        with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody is waiting
-            req.loop.call_soon_threadsafe(deliver)
+    def _finish(self, req: _Request, reason: str) -> None:
+        self._deliver(req, reason)
+
+    def _fail(self, req: _Request, exc: BaseException) -> None:
+        req.done = True
+        if req.sink is not None:
+            _call_soon(req.loop, req.sink.put_nowait, exc)
+        elif req.future is not None:
+            _call_soon(req.loop, _set_exception, req.future, exc)
 
     # ---- the worker ---------------------------------------------------------------------------
 
@@ -287,11 +432,31 @@ class TorchEngine:
         with torch.inference_mode():
             while True:
                 with self._cond:
+                    if not (self._stopping or self._queue or self._running or self._updates):
+                        self._shrink_when_idle()
                     while not (self._stopping or self._queue or self._running or self._updates):
                         self._cond.wait()
                     if self._stopping:
                         return
-                self._step()
+                try:
+                    self._step()
+                except Exception as exc:  # a bug or a device error: fail loudly, never hang
+                    self._die(f"torch engine decode loop died: {type(exc).__name__}: {exc}")
+                    return
+
+    def _die(self, reason: str) -> None:
+        self._dead = reason
+        error = EngineDead(reason)
+        with self._cond:
+            waiting = [*self._running, *self._queue]
+            updates = list(self._updates)
+            self._running.clear()
+            self._queue.clear()
+            self._updates.clear()
+        for req in waiting:
+            self._fail(req, error)
+        for update in updates:
+            _call_soon(update.loop, _set_exception, update.done, error)
 
     def _step(self) -> None:
         self._apply_updates()
@@ -304,6 +469,7 @@ class TorchEngine:
         if first is not None:
             self._prefill(first)
             self._retire()
+        self._followers = []
         if self._running:
             self._decode()
             self._retire()
@@ -312,45 +478,71 @@ class TorchEngine:
         with self._cond:
             updates = list(self._updates)
             self._updates.clear()
-        for state, version, done, loop in updates:
+        for update in updates:
             try:
-                check_version(self._version, version)  # a later push may have overtaken this one
-                with torch.inference_mode():
-                    self.model.load_state_dict(state, strict=True)
-            except Exception as exc:  # a bad state dict must fail its caller, not the engine
-                loop.call_soon_threadsafe(_set_exception, done, exc)
+                check_version(self._version, update.version)  # a later push may have overtaken this one
+            except StaleVersion as stale:
+                _call_soon(update.loop, _set_exception, update.done, stale)
                 continue
-            self._version = version
+            # Checked in full by update_weights: copying cannot fail half way.
+            self.model.load_state_dict(update.state, strict=True)
+            self._version = update.version
             self.stats.weight_updates += 1
             for req in self._running:
                 req.cached = 0  # rebuilt from the full token sequence with the new weights
             with self._cond:
                 self._sessions.clear()
                 self._session_total = 0
-            loop.call_soon_threadsafe(_set_result, done, self._version)
+            _call_soon(update.loop, _set_result, update.done, update.version)
 
     def _drop_cancelled(self) -> None:
         with self._cond:
+            before = len(self._queue)
             self._queue = deque(r for r in self._queue if not r.cancelled)
+            self.stats.cancelled += before - len(self._queue)
         for i in reversed(range(len(self._running))):
             if self._running[i].cancelled:
+                self.stats.cancelled += 1
+                self._running[i].done = True
                 self._remove(i)
 
     def _admit(self) -> None:
         admitted: list[_Request] = []
         budget = 4 * self.prefill_tokens
+        budget_tokens = self.kv_cache_bytes // self.bytes_per_token
+        widest = max((r.reserve for r in self._running), default=0)
         with self._cond:
             while self._queue and len(self._running) + len(admitted) < self.max_batch and budget > 0:
-                req = self._queue.popleft()
+                req = self._queue[0]
+                rows = len(self._running) + len(admitted) + 1
+                wide = max(widest, min(req.reserve, self.max_len))
+                if rows * wide > budget_tokens and rows > 1:
+                    break  # the KV budget is full: wait for a running request to leave
+                self._queue.popleft()
+                widest = wide
                 self._attach_session(req)
                 budget -= len(req.tokens) - req.cached
                 admitted.append(req)
         if not admitted:
             return
-        # Similar lengths side by side: less padding in the prefill chunks.
-        admitted.sort(key=lambda r: len(r.tokens) - r.cached)
-        self._ensure_rows(len(self._running) + len(admitted))
+        # Identical fresh prompts (n > 1) are prefilled once; the copies go last, after every row
+        # that needs a prefill, and take their leader's cache row and logits.
+        leaders: dict[tuple[int, ...], _Request] = {}
+        fresh: list[_Request] = []
+        self._followers = []
         for req in admitted:
+            key = tuple(req.tokens)
+            if req.kept is None and req.cached == 0 and len(key) > 1 and key in leaders:
+                self._followers.append((req, leaders[key]))
+                self.stats.shared_prompt_tokens += len(req.tokens)
+            else:
+                if req.kept is None and req.cached == 0:
+                    leaders[key] = req
+                fresh.append(req)
+        # Similar lengths side by side: less padding in the prefill chunks.
+        fresh.sort(key=lambda r: len(r.tokens) - r.cached)
+        self._ensure_rows(len(self._running) + len(admitted))
+        for req in [*fresh, *(f for f, _ in self._followers)]:
             row = len(self._running)
             self._running.append(req)
             if req.kept is not None:
@@ -367,7 +559,7 @@ class TorchEngine:
         if kept is None:
             self.stats.session_misses += 1
             return
-        self._session_total -= len(kept.tokens)
+        self._session_total -= kept.nbytes
         n = len(kept.tokens)
         if req.tokens[:n] != kept.tokens:
             self.stats.session_misses += 1
@@ -385,19 +577,36 @@ class TorchEngine:
         shape = (c.num_hidden_layers, 2, rows, c.num_key_value_heads, capacity, c.head_dim)
         return torch.zeros(shape, device=self.device, dtype=self.dtype)
 
-    def _grow(self, rows: int, capacity: int) -> None:
-        old, self._cache = self._cache, self._allocate(rows, capacity)
-        self._cache[:, :, : old.shape[2], :, : old.shape[4]] = old
+    def _resize(self, rows_needed: int, capacity_needed: int) -> None:
+        """Grow to at least the needs (doubling when the KV budget allows, else exactly)."""
+        have_rows, have_cap = self._cache.shape[2], self._cache.shape[4]
+        rows, cap = have_rows, have_cap
+        if rows_needed > have_rows:
+            rows = max(rows_needed, min(self.max_batch, 2 * have_rows))
+        if capacity_needed > have_cap:
+            cap = min(self.max_len, max(capacity_needed, 2 * have_cap))
+        if rows * cap * self.bytes_per_token > self.kv_cache_bytes:
+            in_use = max((r.cached for r in self._running), default=0)
+            rows = max(rows_needed, len(self._running))
+            cap = max(capacity_needed, in_use, 1)
+        old, self._cache = self._cache, self._allocate(rows, cap)
+        keep_rows, keep_cap = min(rows, have_rows), min(cap, have_cap)
+        self._cache[:, :, :keep_rows, :, :keep_cap] = old[:, :, :keep_rows, :, :keep_cap]
 
     def _ensure_rows(self, rows: int) -> None:
-        have = self._cache.shape[2]
-        if have < rows:
-            self._grow(max(rows, min(self.max_batch, 2 * have)), self._cache.shape[4])
+        if self._cache.shape[2] < rows:
+            self._resize(rows, self._cache.shape[4])
 
     def _ensure_capacity(self, length: int) -> None:
-        have = self._cache.shape[4]
-        if have < length:
-            self._grow(self._cache.shape[2], min(self.max_len, max(length, 2 * have)))
+        if self._cache.shape[4] < length:
+            self._resize(self._cache.shape[2], length)
+
+    def _shrink_when_idle(self) -> None:
+        """Called under the lock with nothing to do: give a burst's cache memory back."""
+        if self._cache.shape[2] * self._cache.shape[4] > INITIAL_ROWS * INITIAL_CAPACITY:
+            self._cache = self._allocate(INITIAL_ROWS, INITIAL_CAPACITY)
+            self.stats.cache_shrinks += 1
+            _release_free_memory(self.device)
 
     def _views(self, a: int, b: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         cache = self._cache
@@ -407,20 +616,39 @@ class TorchEngine:
 
     def _prefill(self, first: int) -> None:
         """Encode every row from `first` on that has uncached tokens; sample their next token."""
-        rows = list(range(first, len(self._running)))
+        followers, self._followers = self._followers, []
+        end = len(self._running) - len(followers)
+        rows = list(range(first, end))
+        reqs: list[_Request] = []
+        logits: list[torch.Tensor] = []
         start = 0
         while start < len(rows):
-            end, width = start, 0
-            while end < len(rows):
-                r = self._running[rows[end]]
+            stop, width = start, 0
+            while stop < len(rows):
+                r = self._running[rows[stop]]
                 w = max(width, len(r.tokens) - r.cached)
-                if end > start and w * (end - start + 1) > self.prefill_tokens:
+                if stop > start and w * (stop - start + 1) > self.prefill_tokens:
                     break
-                width, end = w, end + 1
-            self._prefill_chunk(rows[start], rows[end - 1] + 1, width)
-            start = end
+                width, stop = w, stop + 1
+            a, b = rows[start], rows[stop - 1] + 1
+            logits.append(self._prefill_chunk(a, b, width))
+            reqs.extend(self._running[a:b])
+            start = stop
+        if followers:
+            row_of = {id(r): i for i, r in enumerate(self._running)}
+            index_of = {id(r): i for i, r in enumerate(reqs)}
+            picks = []
+            for follower, leader in followers:
+                n = leader.cached
+                self._cache[:, :, row_of[id(follower)], :, :n] = self._cache[:, :, row_of[id(leader)], :, :n]
+                follower.cached = n
+                reqs.append(follower)
+                picks.append(index_of[id(leader)])
+            all_logits = torch.cat(logits)
+            logits = [all_logits, all_logits[torch.tensor(picks, device=all_logits.device)]]
+        self._sample_rows(reqs, torch.cat(logits))
 
-    def _prefill_chunk(self, a: int, b: int, width: int) -> None:
+    def _prefill_chunk(self, a: int, b: int, width: int) -> torch.Tensor:
         reqs = self._running[a:b]
         ids = torch.zeros(b - a, width, dtype=torch.long)
         for i, r in enumerate(reqs):
@@ -433,7 +661,7 @@ class TorchEngine:
         logits = self.model(ids.to(dev), cache=self._views(a, b), start=start.to(dev), logits_at=last.to(dev))
         for r in reqs:
             r.cached = len(r.tokens)
-        self._sample_rows(reqs, logits)
+        return logits
 
     def _decode(self) -> None:
         reqs = self._running
@@ -447,17 +675,25 @@ class TorchEngine:
         self._sample_rows(reqs, logits)
 
     def _sample_rows(self, reqs: list[_Request], logits: torch.Tensor) -> None:
-        temperature = torch.tensor([r.params.temperature for r in reqs], device=logits.device)
-        top_p = torch.tensor([r.params.top_p for r in reqs], device=logits.device)
+        dev = logits.device
+        temperature = torch.tensor([r.params.temperature for r in reqs], dtype=torch.float64, device=dev)
+        top_p = torch.tensor([r.params.top_p for r in reqs], dtype=torch.float64, device=dev)
         uniforms = torch.rand(len(reqs), generator=self._generator)
         for i, r in enumerate(reqs):
             if r.generator is not None:
                 uniforms[i] = torch.rand(1, generator=r.generator)
-        tokens, logps = sample(logits, temperature, top_p, uniforms.to(logits.device))
-        for r, tok, lp in zip(reqs, tokens.tolist(), logps.tolist(), strict=True):
+        top_k = max(r.params.top_logprobs for r in reqs)
+        out = sample(logits, temperature, top_p, uniforms.to(dev), top_k=top_k)
+        tops: list[list[tuple[int, float]]] = [[] for _ in reqs]
+        if out.top_ids is not None and out.top_logprobs is not None:
+            ids, lps = out.top_ids.tolist(), out.top_logprobs.tolist()
+            tops = [list(zip(i, lp, strict=True)) for i, lp in zip(ids, lps, strict=True)]
+        for r, tok, lp, top in zip(reqs, out.tokens.tolist(), out.logprobs.tolist(), tops, strict=True):
             r.tokens.append(tok)
             r.logprobs.append(lp)
             r.versions.append(self._version)
+            if r.params.top_logprobs:
+                r.top_logprobs.append(top[: r.params.top_logprobs])
         self.stats.generated_tokens += len(reqs)
 
     # ---- leaving the batch --------------------------------------------------------------------
@@ -482,22 +718,28 @@ class TorchEngine:
             req = self._running[i]
             reason = self._finish_reason(req)
             if reason is None:
+                if req.sink is not None:
+                    self._deliver(req, None)
                 continue
             if req.session_id is not None:
                 self._keep_session(req, i)
             self.stats.finished += 1
-            self._resolve(req, reason)
+            self._finish(req, reason)
             self._remove(i)
 
     def _keep_session(self, req: _Request, row: int) -> None:
         n = req.cached  # the last sampled token was never fed, so it has no keys/values yet
-        kv = self._cache[:, :, row, :, :n].clone()
+        session = _Session(tokens=req.tokens[:n], kv=self._cache[:, :, row, :, :n].clone())
+        if session.nbytes > self.session_bytes:
+            return
+        assert req.session_id is not None
         with self._cond:
-            self._sessions[req.session_id] = _Session(tokens=req.tokens[:n], kv=kv)
-            self._session_total += n
-            while self._session_total > self.session_tokens and self._sessions:
+            self._sessions[req.session_id] = session
+            self._session_total += session.nbytes
+            while self._session_total > self.session_bytes and self._sessions:
                 _, old = self._sessions.popitem(last=False)
-                self._session_total -= len(old.tokens)
+                self._session_total -= old.nbytes
+                self.stats.session_evictions += 1
 
     def _remove(self, row: int) -> None:
         """Free `row`; the last running row moves into it so rows stay contiguous."""
@@ -510,6 +752,11 @@ class TorchEngine:
         self._running.pop()
 
 
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: object) -> None:
+    with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody is waiting
+        loop.call_soon_threadsafe(fn, *args)
+
+
 def _set_result(fut: asyncio.Future, value: object) -> None:
     if not fut.done():
         fut.set_result(value)
@@ -518,3 +765,11 @@ def _set_result(fut: asyncio.Future, value: object) -> None:
 def _set_exception(fut: asyncio.Future, exc: BaseException) -> None:
     if not fut.done():
         fut.set_exception(exc)
+
+
+def _release_free_memory(device: torch.device) -> None:
+    """Return freed heap pages to the OS (glibc keeps them otherwise) and CUDA's cached blocks."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)

@@ -327,13 +327,14 @@ class CausalLM(nn.Module):
                 "state dict does not match the model: "
                 f"missing {sorted(missing)[:5]}, unexpected {sorted(extra)[:5]}"
             )
+        own = self.state_dict()
+        for name, value in state.items():  # every shape first: a mismatch must not leave a half copy
+            if name in own and value is not None and own[name].shape != value.shape:
+                shapes = f"{tuple(value.shape)} != model's {tuple(own[name].shape)}"
+                raise PolicyError(f"{name}: shape {shapes}")
         with torch.no_grad():
-            own = self.state_dict()
             for name, value in state.items():
                 if name in own and value is not None:
-                    if own[name].shape != value.shape:
-                        shapes = f"{tuple(value.shape)} != model's {tuple(own[name].shape)}"
-                        raise PolicyError(f"{name}: shape {shapes}")
                     own[name].copy_(value)
         return nn.modules.module._IncompatibleKeys(sorted(missing), sorted(extra))
 
