@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import gc
 import math
+import os
 import time
 import warnings
 from collections import Counter
@@ -191,7 +192,7 @@ def _resolve_policy(
             raise _fail("--policy URL needs --tokenizer MODEL_DIR (the directory of the served checkpoint)")
         params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
         try:
-            return PolicyClient(name, tokenizer, sampling=params)
+            return PolicyClient(name, tokenizer, sampling=params, api_key=os.environ.get("AGENTRL_API_KEY"))
         except AgentRLError as exc:
             raise _fail(str(exc)) from None
     raise _fail(f"--policy must be 'random', 'expert' or a policy server URL (http://...), got {name!r}")

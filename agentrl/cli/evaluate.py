@@ -36,12 +36,18 @@ def evaluate(
         int | None, typer.Option(help="seeds sampling per episode and turn, so reruns agree")
     ] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="AGENTRL_API_KEY", help="generation key; the child server is started with it too"
+        ),
+    ] = None,
 ) -> float:
     """Success rate of a checkpoint on held-out seeds."""
     try:
         report = evaluate_checkpoint(
             checkpoint, env_id, n, seed_offset=seed_offset, temperature=temperature,
-            max_tokens=max_tokens, max_turns=max_turns, sampling_seed=sampling_seed,
+            max_tokens=max_tokens, max_turns=max_turns, sampling_seed=sampling_seed, api_key=api_key,
         )  # fmt: skip
     except AgentRLError as exc:
         console.print(f"[red]error:[/red] {exc}")
@@ -56,7 +62,6 @@ def evaluate(
             + ("greedy" if temperature == 0 else f"temperature {temperature}, sampling seed {sampling_seed}")
         )
     return report.success_rate
-
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,7 @@ class EngineName(StrEnum):
     torch = "torch"
     vllm = "vllm"
 
+
 model_app = typer.Typer(help="Build and inspect policy checkpoints.", no_args_is_help=True)
 
 
@@ -32,8 +33,6 @@ def model_init(
     typer.echo(f"wrote {size} model ({n / 1e6:.2f}M parameters) to {path}")
 
 
-
-
 def serve(
     model_dir: Path = typer.Argument(..., help="A HF checkpoint directory (ours or a Llama/Qwen2 one)."),
     port: int = typer.Option(8000, help="TCP port."),
@@ -47,8 +46,17 @@ def serve(
     ),
     max_model_len: int = typer.Option(2048, help="vllm only: longest prompt + completion."),
     policy_version: int = typer.Option(
-        0, min=0, help="Policy version of these weights (a restarted server goes on with the trainer's)."
+        0, min=0, help="Policy version of MODEL_DIR's weights (a restarted server continues the learner's)."
     ),
+    api_key: str | None = typer.Option(
+        None, envvar="AGENTRL_API_KEY", help="Bearer key for the generation routes (default: open)."
+    ),
+    admin_key: str | None = typer.Option(
+        None, envvar="AGENTRL_ADMIN_KEY", help="Bearer key for the weight and session routes."
+    ),
+    max_body_mb: float = typer.Option(16.0, min=0.001, help="Largest JSON request body (413 beyond)."),
+    kv_cache_mb: float = typer.Option(1024.0, min=1.0, help="torch engine: KV cache budget (MiB)."),
+    session_cache_mb: float = typer.Option(256.0, min=0.0, help="torch engine: kept session prefixes (MiB)."),
 ) -> None:
     """Serve a checkpoint (OpenAI routes + token route) with the embedded torch engine or vLLM."""
     import torch
@@ -56,11 +64,19 @@ def serve(
 
     from agentrl.serving.engine import TorchEngine
     from agentrl.serving.engine_api import Engine
-    from agentrl.serving.server import create_app
+    from agentrl.serving.server import ServerConfig, bind_warning, create_app
     from agentrl.tokenizer import ChatTokenizer
 
     if threads:
         torch.set_num_threads(threads)
+    config = ServerConfig(
+        api_key=api_key or None, admin_key=admin_key or None, max_body_bytes=int(max_body_mb * 2**20)
+    )
+    warning = bind_warning(host, config)
+    if warning:
+        typer.secho(
+            "\n" + "!" * 100 + f"\n{warning}\n" + "!" * 100 + "\n", fg=typer.colors.RED, err=True, bold=True
+        )
     engine: Engine
     if engine_name is EngineName.vllm:
         from agentrl.serving.vllm_engine import VLLMEngine
@@ -68,9 +84,15 @@ def serve(
         engine = VLLMEngine(model_dir, max_model_len=max_model_len, version=policy_version)
     else:
         engine = TorchEngine.from_pretrained(
-            model_dir, device=device, max_batch=max_batch, max_queue=max_queue, version=policy_version
+            model_dir,
+            device=device,
+            max_batch=max_batch,
+            max_queue=max_queue,
+            kv_cache_bytes=int(kv_cache_mb * 2**20),
+            session_bytes=int(session_cache_mb * 2**20),
+            version=policy_version,
         )
-    app = create_app(engine, ChatTokenizer(model_dir), model_dir.name)
+    app = create_app(engine, ChatTokenizer(model_dir), model_dir.name, config=config)
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 

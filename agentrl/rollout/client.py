@@ -47,6 +47,7 @@ class PolicyClient:
         max_connections: int = 1024,
         seed: int | None = None,
         retry_for: float | None = None,
+        api_key: str | None = None,
     ) -> None:
         """`seed`: if set, every request's sampling seed is drawn from (seed, the episode's task
         seed, its index in the group, the turn), so replaying the same episodes samples the same
@@ -59,6 +60,8 @@ class PolicyClient:
         server that dies and is restarted (the trainer does that) costs the turns in flight a
         re-sample, not the episode. A turn re-sent this way is sampled whole again: the ledger
         records a turn only once its answer arrives, so the episode's tokens stay exact.
+
+        `api_key`: sent as `Authorization: Bearer KEY` (a server started with `--api-key`).
         """
         self.seed = seed
         self.tokenizer = tokenizer if isinstance(tokenizer, ChatTokenizer) else ChatTokenizer(tokenizer)
@@ -66,6 +69,7 @@ class PolicyClient:
         self.max_retries, self.backoff, self.retry_for = max_retries, backoff, retry_for
         self.resent_requests = 0  # requests sent again after a connection error or a 429/503
         self.http = ShardedAsyncClient(base_url, timeout=timeout, max_connections=max_connections)
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._episodes: dict[str, TokenLedger] = {}
         self._ended: list[str] = []  # episodes whose server sessions are not released yet
         self._releaser: asyncio.Task[None] | None = None
@@ -92,7 +96,7 @@ class PolicyClient:
         while True:
             last = (attempt >= self.max_retries) if deadline is None else time.monotonic() >= deadline
             try:
-                response = await self.http.request(method, url, **kwargs)
+                response = await self.http.request(method, url, headers=self.headers, **kwargs)
             except httpx.TransportError as exc:
                 if last:
                     raise PolicyError(f"policy server unreachable at {self.http.base_url}: {exc!r}") from exc
@@ -169,7 +173,9 @@ class PolicyClient:
             ids, self._ended = self._ended, []
             try:
                 async with asyncio.timeout(RELEASE_TIMEOUT):
-                    await self.http.post("/v1/sessions/release", json={"session_ids": ids})
+                    await self.http.post(
+                        "/v1/sessions/release", json={"session_ids": ids}, headers=self.headers
+                    )
             except (httpx.HTTPError, TimeoutError) as exc:
                 logger.debug("%d sessions not released on the server: %r", len(ids), exc)
 

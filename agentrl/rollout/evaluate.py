@@ -52,6 +52,7 @@ async def evaluate_server(
     sampling_seed: int | None = 0,
     retry_for: float | None = None,
     on_trajectory: Callable[[Trajectory], None] | None = None,
+    api_key: str | None = None,
 ) -> EvalReport:
     """Play `episodes` held-out seeds against the policy server at `url`.
 
@@ -61,7 +62,9 @@ async def evaluate_server(
     from agentrl.rollout.client import PolicyClient
 
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
-    client = PolicyClient(url, tokenizer_dir, sampling=params, seed=sampling_seed, retry_for=retry_for)
+    client = PolicyClient(
+        url, tokenizer_dir, sampling=params, seed=sampling_seed, retry_for=retry_for, api_key=api_key
+    )
     manager = EnvManager(
         env_id,
         client,

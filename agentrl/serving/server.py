@@ -43,7 +43,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -447,21 +447,17 @@ async def merged(
                 raise item
             else:
                 yield index, item
-                if item.finish_reason is not None:
-                    open_count -= 1
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-class EventStream(Response):
+class EventStream(StreamingResponse):
     """A server-sent-event response that cancels its generator when the client disconnects."""
 
-    media_type = "text/event-stream"
-
     def __init__(self, events: AsyncIterator[str], ctx: ServerContext) -> None:
-        super().__init__(headers={"Cache-Control": "no-cache"})
+        super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         self.events, self.ctx = events, ctx
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
