@@ -256,6 +256,7 @@ async def test_body_size_limit_is_a_413(ckpt, tokenizer):
 
 async def test_tokenizing_a_huge_prompt_does_not_stall_the_event_loop(http):
     prompt = {"prompt": "lorem ipsum dolor sit amet " * 40_000, "max_tokens": 1}  # ~1 MB
+    t_start = time.perf_counter()
     started = asyncio.create_task(http.post("/v1/completions", json=prompt))
     async with httpx.AsyncClient(base_url=str(http.base_url)) as other:
         await asyncio.sleep(0.05)
@@ -267,7 +268,7 @@ async def test_tokenizing_a_huge_prompt_does_not_stall_the_event_loop(http):
             worst = max(worst, time.perf_counter() - t0)
             await asyncio.sleep(0.01)
     assert_openai_error(await started, 400, text="context")  # far too long for the tiny model
-    assert probes >= 3 and worst < 0.5, (probes, worst)
+    assert probes >= 3 and worst < 0.5, (probes, worst, time.perf_counter() - t_start)
 
 
 # ---- weights: versioned, validated, all or nothing ---------------------------------------------

@@ -586,6 +586,12 @@ class _Choice:
         self.finish_reason: str | None = None
 
 
+def encode_text(ctx: ServerContext, text: str) -> list[int]:
+    """`ChatTokenizer.encode`, through `encode_batch`, which releases the GIL while it works: from a
+    worker thread, a 1 MB prompt then no longer stalls the event loop (plain `encode` holds it)."""
+    return list(ctx.tokenizer.backend.encode_batch([text], add_special_tokens=False)[0].ids)
+
+
 def _pieces(ctx: ServerContext, ids: list[int]) -> list[str]:
     return [ctx.tokenizer.decode([t]) for t in ids]
 
@@ -599,7 +605,7 @@ async def chat_completions(request: Request) -> Response:
     body = await parse_body(request, schemas.ChatBody)
     check_model(ctx, body.model)
     messages = [m.render() for m in body.messages]
-    prompt = await asyncio.to_thread(ctx.tokenizer.encode_chat, messages, True)
+    prompt = await asyncio.to_thread(lambda: encode_text(ctx, ctx.tokenizer.render(messages, True)))
     max_tokens = body.max_completion_tokens or body.max_tokens or ctx.config.chat_max_tokens
     k = body.top_logprobs or 0 if body.logprobs else 0
     choices = [_Choice(ctx, 0, body.sampling(max_tokens, k, seed_offset=i)) for i in range(body.n)]
@@ -692,8 +698,9 @@ async def completions(request: Request) -> Response:
     check_model(ctx, body.model)
     raw_prompts = body.prompts()
     prompts = await asyncio.to_thread(
-        lambda: [p if isinstance(p, list) else ctx.tokenizer.encode(p) for p in raw_prompts]
+        lambda: [p if isinstance(p, list) else encode_text(ctx, p) for p in raw_prompts]
     )
+    texts = await asyncio.to_thread(lambda: [ctx.tokenizer.decode(p) if body.echo else "" for p in prompts])
     max_tokens = body.max_tokens or ctx.config.completion_max_tokens
     k = body.logprobs or 0
     choices = [
@@ -702,7 +709,7 @@ async def completions(request: Request) -> Response:
         for j in range(body.n)
     ]
     jobs = [(prompts[c.prompt_index], c.params) for c in choices]
-    echoes = [ctx.tokenizer.decode(prompts[c.prompt_index]) if body.echo else "" for c in choices]
+    echoes = [texts[c.prompt_index] for c in choices]
     meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": ctx.model_name}
     prompt_tokens = sum(len(p) for p in prompts)
     if body.stream:
