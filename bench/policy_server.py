@@ -36,7 +36,7 @@ async def session(engine: TorchEngine, sid: str, turns: int, params: SamplingPar
         out = await engine.generate(history, params, session_id=sid if reuse else None)
         generated += len(out.token_ids)
         history += out.token_ids + [(len(history) + i) % 500 + 10 for i in range(OBSERVATION)]
-    engine.drop_session(sid)
+    engine.drop_sessions([sid])
     return generated
 
 
@@ -90,7 +90,7 @@ async def turn_latency(
         out = await engine.generate(history, params, session_id=sid if reuse else None)
         times.append(time.perf_counter() - start)
         history = history[:history_len]
-        engine.drop_session(sid)
+        engine.drop_sessions([sid])
     return sorted(times[1:])[len(times[1:]) // 2] * 1000  # median, first rep is warm-up
 
 

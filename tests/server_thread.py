@@ -21,7 +21,10 @@ from agentrl.serving.process import free_port
 def server_in_thread(app: Any) -> Iterator[str]:
     """Serve `app` on a free loopback port from a daemon thread; yield its base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    # A long keep-alive: on a loaded machine an idle gap over uvicorn's 5 s default races the
+    # client reusing the connection (a spurious ReadError that says nothing about the server).
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=120)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()
     while not server.started:
