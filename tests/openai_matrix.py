@@ -91,9 +91,7 @@ def chat_stop(client: openai.OpenAI, model: str) -> None:
     text = full.choices[0].message.content
     stop = _stop_from(text)
     assert stop is not None, f"output too short to pick a stop string: {text!r}"
-    r = client.chat.completions.create(
-        model=model, messages=MESSAGES, max_tokens=24, seed=7, stop=[stop]
-    )
+    r = client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=24, seed=7, stop=[stop])
     assert r.choices[0].message.content == text[: text.index(stop)] and r.choices[0].finish_reason == "stop"
     chunks = client.chat.completions.create(
         model=model, messages=MESSAGES, max_tokens=24, seed=7, stop=stop, stream=True

@@ -48,7 +48,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from agentrl.errors import AgentRLError, PolicyError
-from agentrl.generation import GenerationResult, SamplingParams
+from agentrl.generation import POLICY_VERSION_HEADER, GenerationResult, SamplingParams
 from agentrl.serving import schemas
 from agentrl.serving.engine_api import (
     Engine,
@@ -57,6 +57,7 @@ from agentrl.serving.engine_api import (
     GenerationChunk,
     InvalidRequest,
     StaleVersion,
+    check_version,
 )
 from agentrl.serving.openai_format import VisibleText, chat_logprobs, completion_logprobs, usage
 from agentrl.serving.openapi import openapi_document
@@ -794,20 +795,20 @@ async def _completion_events(
 
 
 def policy_version_header(request: Request) -> int:
-    raw = request.headers.get("x-policy-version")
+    raw = request.headers.get(POLICY_VERSION_HEADER)
     if raw is None:
-        raise ApiError(400, "header X-Policy-Version is required (the version of the pushed weights)",
-                       param="X-Policy-Version")  # fmt: skip
+        message = f"the {POLICY_VERSION_HEADER} header is required (the version of the pushed weights)"
+        raise ApiError(400, message, param=POLICY_VERSION_HEADER)
     raw = raw.strip()
-    if not raw.isdigit() or len(raw) > 19 or int(raw) > schemas.INT64_MAX:
-        raise ApiError(400, f"header X-Policy-Version must be an integer >= 0, got {raw[:40]!r}",
-                       param="X-Policy-Version")  # fmt: skip
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or int(raw) > schemas.INT64_MAX:
+        message = f"the {POLICY_VERSION_HEADER} header must be an integer >= 0, got {raw[:40]!r}"
+        raise ApiError(400, message, param=POLICY_VERSION_HEADER)
     return int(raw)
 
 
 def check_not_stale(ctx: ServerContext, version: int) -> None:
-    if version < ctx.engine.version:
-        raise StaleVersion(f"stale version: {version} is lower than the served version {ctx.engine.version}")
+    """Refuse a stale push before reading its (possibly large) body."""
+    check_version(ctx.engine.version, version)
 
 
 async def load_weights(request: Request) -> Response:
