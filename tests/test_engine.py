@@ -156,3 +156,59 @@ async def test_bad_requests_and_overload_are_refused(engine):
     engine.max_queue = 0
     with pytest.raises(EngineOverloaded):
         await engine.generate([1, 2], GREEDY)
+
+
+async def test_identical_prompts_share_one_prefill_and_sample_as_if_alone(engine):
+    params = [SamplingParams(max_tokens=8, temperature=1.0, seed=s) for s in range(4)]
+    alone = [await engine.generate(PROMPTS[1], p) for p in params]
+    shared_before = engine.stats.shared_prompt_tokens
+    together = await asyncio.gather(*(engine.generate(PROMPTS[1], p) for p in params))
+    assert engine.stats.shared_prompt_tokens - shared_before == 3 * len(PROMPTS[1])
+    for a, b in zip(alone, together, strict=True):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-4, rtol=0)
+
+
+async def test_a_stream_gives_the_same_tokens_as_generate(engine):
+    params = SamplingParams(max_tokens=10, temperature=1.0, seed=4, top_logprobs=3)
+    whole = await engine.generate(PROMPTS[0], params)
+    chunks = [c async for c in engine.stream(PROMPTS[0], params)]
+    assert [t for c in chunks for t in c.token_ids] == whole.token_ids
+    assert [t for c in chunks for t in c.top_logprobs] == whole.top_logprobs
+    assert chunks[-1].finish_reason == whole.finish_reason and all(
+        c.finish_reason is None for c in chunks[:-1]
+    )
+    assert all(len(top) == 3 for top in whole.top_logprobs)
+
+
+async def test_cancelled_requests_leave_at_the_next_step_and_are_counted(engine):
+    tasks = [asyncio.create_task(engine.generate(p, SamplingParams(max_tokens=1000))) for p in PROMPTS]
+    while engine.running < len(PROMPTS):
+        await asyncio.sleep(0.001)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for _ in range(500):
+        if engine.running == 0:
+            break
+        await asyncio.sleep(0.002)
+    assert engine.running == 0 and engine.stats.cancelled == len(PROMPTS) and engine.stats.finished == 0
+
+
+async def test_the_kv_cache_and_session_store_stay_within_their_budgets(ckpt):
+    probe = TorchEngine.from_pretrained(ckpt, device=DEVICE)
+    row = probe.max_len * probe.bytes_per_token  # one full-context row: the smallest KV budget
+    eng = TorchEngine.from_pretrained(ckpt, device=DEVICE, kv_cache_bytes=row, session_bytes=row // 4)
+    eng.eos_token_ids = frozenset()
+    await eng.start()
+    try:
+        prompt = list(range(5, 105))
+        params = SamplingParams(max_tokens=150, temperature=0.0)  # reserves 250 positions: 8 of 16 fit
+        results = await asyncio.gather(*(eng.generate(prompt, params, session_id=f"s{i}") for i in range(16)))
+        assert all(r.finish_reason == "length" for r in results)
+        assert 0 < eng.stats.kv_cache_peak_bytes <= row
+        assert eng.metrics()["session_bytes"] <= row // 4 and eng.stats.session_evictions > 0
+        reference = reference_greedy(eng.model, prompt, 20)
+        assert all(r.token_ids[:20] == reference for r in results)  # budgeted, still exact
+    finally:
+        await eng.stop()

@@ -142,6 +142,7 @@ class EngineStats:
     steps: int = 0
     weight_updates: int = 0
     cache_shrinks: int = 0
+    kv_cache_peak_bytes: int = 0
 
 
 class TorchEngine:
@@ -189,7 +190,12 @@ class TorchEngine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._dead: str | None = None
-        self._cache = self._allocate(INITIAL_ROWS, INITIAL_CAPACITY)
+        # The idle size of the cache (what it shrinks back to), within the budget.
+        self._idle_capacity = min(INITIAL_CAPACITY, self.max_len)
+        budget_tokens = self.kv_cache_bytes // self.bytes_per_token
+        self._idle_rows = max(1, min(INITIAL_ROWS, budget_tokens // self._idle_capacity))
+        self._cache = self._allocate(self._idle_rows, self._idle_capacity)
+        self.stats.kv_cache_peak_bytes = self._idle_rows * self._idle_capacity * self.bytes_per_token
 
     @classmethod
     def from_pretrained(
@@ -510,7 +516,7 @@ class TorchEngine:
         admitted: list[_Request] = []
         budget = 4 * self.prefill_tokens
         budget_tokens = self.kv_cache_bytes // self.bytes_per_token
-        widest = max((r.reserve for r in self._running), default=0)
+        widest = max((min(r.reserve, self.max_len) for r in self._running), default=0)
         with self._cond:
             while self._queue and len(self._running) + len(admitted) < self.max_batch and budget > 0:
                 req = self._queue[0]
@@ -590,6 +596,9 @@ class TorchEngine:
             rows = max(rows_needed, len(self._running))
             cap = max(capacity_needed, in_use, 1)
         old, self._cache = self._cache, self._allocate(rows, cap)
+        self.stats.kv_cache_peak_bytes = max(
+            self.stats.kv_cache_peak_bytes, rows * cap * self.bytes_per_token
+        )
         keep_rows, keep_cap = min(rows, have_rows), min(cap, have_cap)
         self._cache[:, :, :keep_rows, :, :keep_cap] = old[:, :, :keep_rows, :, :keep_cap]
 
@@ -603,8 +612,8 @@ class TorchEngine:
 
     def _shrink_when_idle(self) -> None:
         """Called under the lock with nothing to do: give a burst's cache memory back."""
-        if self._cache.shape[2] * self._cache.shape[4] > INITIAL_ROWS * INITIAL_CAPACITY:
-            self._cache = self._allocate(INITIAL_ROWS, INITIAL_CAPACITY)
+        if self._cache.shape[2] * self._cache.shape[4] > self._idle_rows * self._idle_capacity:
+            self._cache = self._allocate(self._idle_rows, self._idle_capacity)
             self.stats.cache_shrinks += 1
             _release_free_memory(self.device)
 
