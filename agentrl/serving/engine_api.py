@@ -30,14 +30,14 @@ class StaleVersion(InvalidRequest):
     """A weight update whose version is lower than the one being served (HTTP 409)."""
 
 
+class EngineOverloaded(PolicyError):
+    """The bounded request queue is full; retry later."""
+
+
 def check_version(current: int, new: int) -> None:
     """Refuse a weight push that would move the policy version backwards."""
     if new < current:
         raise StaleVersion(f"stale version: the server is at version {current}, the push says {new}")
-
-
-class EngineOverloaded(PolicyError):
-    """The bounded request queue is full; retry later."""
 
 
 class EngineDead(PolicyError):
