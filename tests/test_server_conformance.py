@@ -377,6 +377,17 @@ async def test_keys_guard_generation_and_admin_routes(ckpt, tokenizer):
                 await keyless.generate([1, 2], SamplingParams(max_tokens=2))
 
 
+async def test_odd_key_and_origin_headers_are_4xx(ckpt, tokenizer):
+    config = ServerConfig(api_key="gen-key", admin_key="admin-key")
+    app = create_app(TorchEngine.from_pretrained(ckpt), tokenizer, "tiny", config=config)
+    async with serve_app(app) as url, httpx.AsyncClient(base_url=url) as http:
+        odd_key = {"Authorization": b"Bearer \xff\xfe"}  # not ASCII: still just a wrong key
+        assert_openai_error(await http.post("/v1/chat/completions", json=CHAT, headers=odd_key), 401)
+        odd_origin = {"Authorization": "Bearer admin-key", "Origin": "http://[::1"}
+        r = await http.post("/v1/sessions/release", json={"session_ids": []}, headers=odd_origin)
+        assert_openai_error(r, 403)
+
+
 def test_binding_beyond_loopback_without_keys_warns():
     assert bind_warning("127.0.0.1", ServerConfig()) is None
     assert bind_warning("::1", ServerConfig()) is None

@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 
 from agentrl.serving.checkpoint import init_checkpoint
 from agentrl.serving.engine import TorchEngine
-from agentrl.serving.server import create_app
+from agentrl.serving.server import ServerConfig, create_app
 from agentrl.tokenizer import ChatTokenizer
 from tests.server_thread import server_in_thread
 
+GEN, ADMIN = "fuzz-gen", "fuzz-admin"  # keys on: the access checks are fuzzed too
 EXAMPLES = 100  # the raw test; each schema-driven route gets half
 
 ODD_TEXT = st.sampled_from(
@@ -46,7 +47,8 @@ ANY_JSON = st.recursive(
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
     ckpt = init_checkpoint(tmp_path_factory.mktemp("short"), "tiny", vocab_size=512, max_positions=64)
-    app = create_app(TorchEngine.from_pretrained(ckpt, max_queue=64), ChatTokenizer(ckpt), "tiny")
+    engine = TorchEngine.from_pretrained(ckpt, max_queue=64)
+    app = create_app(engine, ChatTokenizer(ckpt), "tiny", config=ServerConfig(api_key=GEN, admin_key=ADMIN))
     with server_in_thread(app) as base:
         yield base
 
@@ -143,7 +145,9 @@ def test_no_schema_driven_body_gets_a_5xx(http, spec, route):
         if route == "/v1/weights/load" and isinstance(body.get("path"), str):
             body["path"] = "/nonexistent/" + body["path"]  # never a real checkpoint: weights stay
         raw = json.dumps(body).encode()  # ensure_ascii: lone surrogates travel as \\ud800 escapes
-        check(http.post(route, content=raw, headers={"Content-Type": "application/json"}))
+        key = ADMIN if route.startswith("/v1/weights") else GEN
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+        check(http.post(route, content=raw, headers=headers))
 
     run()
 
@@ -156,8 +160,9 @@ def test_no_schema_driven_body_gets_a_5xx(http, spec, route):
     version=st.none() | st.text(max_size=8) | st.integers(-5, 2**70).map(str),
     content_type=st.none()
     | st.sampled_from(["application/json", "text/plain", "application/octet-stream", "x"]),
-    origin=st.none() | st.sampled_from(["http://evil.example", "null"]),
-    auth=st.none() | st.sampled_from(["Bearer x", "Basic y", "Bearer", ""]),
+    origin=st.none() | st.sampled_from(["http://evil.example", "null", "http://[::1"]),
+    auth=st.none()
+    | st.sampled_from([f"Bearer {GEN}", f"Bearer {ADMIN}", "Basic y", "Bearer", "", b"Bearer \xff\x80"]),
 )
 def test_no_raw_body_or_header_gets_a_5xx(http, route, method, raw, version, content_type, origin, auth):
     headers = {
@@ -166,11 +171,16 @@ def test_no_raw_body_or_header_gets_a_5xx(http, route, method, raw, version, con
         "Origin": origin,
         "Authorization": auth,
     }
-    headers = {k: v for k, v in headers.items() if v is not None and v.isprintable() and v.isascii()}
+    headers = {
+        k: v
+        for k, v in headers.items()
+        if isinstance(v, bytes) or (v is not None and v.isprintable() and v.isascii())
+    }
     check(http.request(method, route, content=raw, headers=headers))
 
 
 def test_the_server_is_healthy_after_the_fuzzing(http):
     assert http.get("/health").json()["status"] == "ok"
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
-    assert http.post("/v1/chat/completions", json=body).status_code == 200
+    r = http.post("/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {GEN}"})
+    assert r.status_code == 200

@@ -167,15 +167,15 @@ def as_api_error(exc: BaseException, retry_after_s: int = 1) -> ApiError:
         return ApiError(503, f"the engine is dead: {exc}", "server_error", code="engine_dead")
     if isinstance(exc, PolicyError):  # not started, shutting down
         return ApiError(503, str(exc), "server_error", code="unavailable")
-    if isinstance(exc, HTTPException):
-        kinds = {404: ("not_found_error", "not_found"), 405: ("invalid_request_error", "method_not_allowed")}
-        kind, code = kinds.get(exc.status_code, ("invalid_request_error", None))
-        message = f"{exc.detail}" if exc.status_code not in (404, 405) else None
+    if isinstance(exc, HTTPException):  # the router's own: unknown route, wrong method
         if exc.status_code == 404:
-            message = "no such route"
-        elif exc.status_code == 405:
-            message = "method not allowed on this route"
-        return ApiError(exc.status_code, message or "error", kind, code=code, headers=dict(exc.headers or {}))
+            return ApiError(404, "no such route", "not_found_error", code="not_found")
+        if exc.status_code == 405:
+            headers = dict(exc.headers or {})
+            return ApiError(
+                405, "method not allowed on this route", code="method_not_allowed", headers=headers
+            )
+        return ApiError(exc.status_code, str(exc.detail), headers=dict(exc.headers or {}))
     logger.exception("internal error while serving a request", exc_info=exc)
     return ApiError(500, f"internal error: {type(exc).__name__}", "server_error", code="internal_error")
 
@@ -209,7 +209,8 @@ def check_access(request: Request, access: str, config: ServerConfig) -> None:
     if wanted:
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not any(hmac.compare_digest(token.strip(), k) for k in wanted):
+        given = token.strip().encode("utf-8", "surrogateescape")  # any header bytes, never a TypeError
+        if scheme.lower() != "bearer" or not any(hmac.compare_digest(given, k.encode()) for k in wanted):
             raise ApiError(
                 401, "missing or wrong API key (send 'Authorization: Bearer KEY')", code="invalid_api_key",
                 headers={"WWW-Authenticate": "Bearer"},
@@ -224,7 +225,11 @@ def check_same_origin(request: Request) -> None:
     if origin is None:
         return
     host = request.headers.get("host", "")
-    if urlsplit(origin).netloc.lower() != host.lower():
+    try:
+        netloc = urlsplit(origin).netloc
+    except ValueError:  # not even a URL: certainly not this server
+        netloc = None
+    if netloc is None or netloc.lower() != host.lower():
         raise ApiError(
             403, f"cross-origin request from {origin!r} refused", "permission_error", code="cross_origin"
         )
