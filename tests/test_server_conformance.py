@@ -268,7 +268,11 @@ async def test_tokenizing_a_huge_prompt_does_not_stall_the_event_loop(http):
             worst = max(worst, time.perf_counter() - t0)
             await asyncio.sleep(0.01)
     assert_openai_error(await started, 400, text="context")  # far too long for the tiny model
-    assert probes >= 3 and worst < 0.5, (probes, worst, time.perf_counter() - t_start)
+    took = time.perf_counter() - t_start
+    print(f"1 MB prompt: {took:.2f} s to reject, {probes} /health probes meanwhile, slowest {worst:.3f} s")
+    # Holding the GIL, the loop stalled for the whole tokenization (seconds); now a probe waits at
+    # most for the OS to schedule the loop's thread (bounded loosely: the CI machine is shared).
+    assert probes >= 3 and worst < min(1.0, took / 4), (probes, worst, took)
 
 
 # ---- weights: versioned, validated, all or nothing ---------------------------------------------
