@@ -74,6 +74,20 @@ def chat_logprobs(client: openai.OpenAI, model: str) -> None:
     content = r.choices[0].logprobs.content
     assert 1 <= len(content) <= r.usage.completion_tokens
     assert all(e.logprob <= 0 and e.top_logprobs == [] for e in content)
+    chunks = client.chat.completions.create(
+        model=model,
+        messages=MESSAGES,
+        max_tokens=8,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+        stream=True,
+    )
+    streamed = [
+        e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content
+    ]
+    assert [e.logprob for e in streamed] == [e.logprob for e in content]
+    assert all(len(e.top_logprobs) == 2 for e in streamed)
 
 
 def chat_top_logprobs(client: openai.OpenAI, model: str) -> None:

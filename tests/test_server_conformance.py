@@ -416,3 +416,24 @@ async def test_a_dead_decode_loop_fails_health_and_requests_with_503(server, htt
     assert health.status_code == 503 and "illegal memory access" in health.json()["reason"]
     assert_openai_error(await http.post("/v1/generate", json={"prompt_token_ids": [1]}), 503, text="dead")
     assert (await http.get("/metrics")).json()["healthy"] is False
+
+
+def test_agentrl_serve_takes_keys_limits_and_a_version(ckpt, monkeypatch):
+    """The CLI end to end: keys from the environment, a body limit, the starting version."""
+    from agentrl.serving.process import ServerProcess
+
+    monkeypatch.setenv("AGENTRL_API_KEY", "cli-gen")  # the child `agentrl serve` inherits them
+    monkeypatch.setenv("AGENTRL_ADMIN_KEY", "cli-admin")
+    gen, admin = {"Authorization": "Bearer cli-gen"}, {"Authorization": "Bearer cli-admin"}
+    with (
+        ServerProcess(ckpt, threads=1, extra_args=["--max-body-mb", "0.01"], version=4) as server,
+        httpx.Client(base_url=server.url, timeout=60) as http,
+    ):
+        assert http.get("/health").json()["version"] == 4
+        assert http.post("/v1/chat/completions", json=CHAT).status_code == 401
+        assert http.post("/v1/chat/completions", json=CHAT, headers=gen).status_code == 200
+        big = CHAT | {"messages": [{"role": "user", "content": "x" * 20_000}]}
+        assert http.post("/v1/chat/completions", json=big, headers=gen).status_code == 413
+        load = {"path": str(ckpt), "version": 5}
+        assert http.post("/v1/weights/load", json=load, headers=gen).status_code == 401
+        assert http.post("/v1/weights/load", json=load, headers=admin).json() == {"version": 5}
