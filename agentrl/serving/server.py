@@ -613,7 +613,7 @@ async def chat_completions(request: Request) -> Response:
     messages = [m.render() for m in body.messages]
     prompt = await asyncio.to_thread(lambda: encode_text(ctx, ctx.tokenizer.render(messages, True)))
     max_tokens = body.max_completion_tokens or body.max_tokens or ctx.config.chat_max_tokens
-    k = body.top_logprobs or 0 if body.logprobs else 0
+    k = (body.top_logprobs or 0) if body.logprobs else 0
     choices = [_Choice(ctx, 0, body.sampling(max_tokens, k, seed_offset=i)) for i in range(body.n)]
     meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": ctx.model_name}
     if body.stream:
