@@ -524,7 +524,8 @@ async def metrics(request: Request) -> Response:
         "generated_tokens": m.generated_tokens,
         "tokens_per_s": round(m.tokens_per_s(), 2),
         "running": engine.get("running"),
-        "queue_depth": engine.get("queued"),
+        "queued": engine.get("queued"),
+        "queue_depth": engine.get("queued"),  # the older name of `queued`
         "cancelled": engine.get("cancelled"),
         "kv_cache_bytes": engine.get("kv_cache_bytes"),
         "sessions": engine.get("sessions"),
