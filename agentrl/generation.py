@@ -13,6 +13,7 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)  # stop strings (the matched text is kept)
     stop_token_ids: list[int] = field(default_factory=list)  # in addition to the tokenizer's EOS
     seed: int | None = None
+    top_logprobs: int = 0  # also report this many most likely tokens at each step (0-20)
 
 
 @dataclass
@@ -25,6 +26,9 @@ class GenerationResult:
     finish_reason: str  # "stop" (EOS, stop token or stop string), "length", or "abort"
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0  # prompt tokens served from a kept KV prefix, not re-encoded
+    # With SamplingParams.top_logprobs = k > 0: per sampled token, the k most likely [token, logprob]
+    # pairs of the distribution it was drawn from (tokens outside the top-p nucleus: -9999.0).
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
 
 
 # The HTTP header that carries a weight push's policy version (the trainer owns the count).

@@ -20,6 +20,7 @@ while the server is shutting down.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -36,7 +37,7 @@ from starlette.routing import Route
 
 from agentrl.errors import PolicyError
 from agentrl.generation import POLICY_VERSION_HEADER, GenerationResult, SamplingParams
-from agentrl.serving.engine_api import Engine, EngineOverloaded, InvalidRequest, StaleVersion
+from agentrl.serving.engine_api import Engine, EngineDead, EngineOverloaded, InvalidRequest, StaleVersion
 from agentrl.tokenizer import ChatTokenizer
 
 # ---- request bodies ---------------------------------------------------------------------------
@@ -157,21 +158,29 @@ def create_app(
             where = ".".join(str(p) for p in first["loc"]) or "body"
             return _error(400, f"{where}: {first['msg']}", "invalid_request_error", where)
 
-    async def run(route: str, prompt: list[int], params: SamplingParams, session_id: str | None = None):
+    async def run(
+        request: Request, route: str, prompt: list[int], params: SamplingParams, session_id: str | None = None
+    ):
         try:
-            result = await engine.generate(prompt, params, session_id=session_id)
+            work = engine.generate(prompt, params, session_id=session_id)
+            result = await _unless_disconnected(request, work)
         except EngineOverloaded as exc:
             metrics.rejected_overload += 1
             return _error(429, str(exc), "overloaded")
         except InvalidRequest as exc:
             metrics.bad_requests += 1
             return _error(400, str(exc), "invalid_request_error")
-        except PolicyError as exc:  # engine not running (starting up or shutting down)
+        except PolicyError as exc:  # engine dead, not running (starting up or shutting down)
             return _error(503, str(exc), "unavailable")
+        if result is None:
+            return _error(499, "client disconnected", "cancelled")
         metrics.record(route, result)
         return result
 
     async def health(request: Request) -> JSONResponse:
+        reason = engine.health() if hasattr(engine, "health") else None
+        if reason is not None:
+            return JSONResponse({"status": "failed", "reason": reason, "version": engine.version}, 503)
         return JSONResponse({"status": "ok", "version": engine.version, "model": model_name})
 
     async def metrics_route(request: Request) -> JSONResponse:
@@ -199,7 +208,8 @@ def create_app(
         if isinstance(body, JSONResponse):
             return body
         assert isinstance(body, GenerateBody)
-        result = await run("generate", body.prompt_token_ids, body.sampling(default_max), body.session_id)
+        params = body.sampling(default_max)
+        result = await run(request, "generate", body.prompt_token_ids, params, body.session_id)
         if isinstance(result, JSONResponse):
             return result
         return JSONResponse(asdict(result) | {"version": engine.version})
@@ -243,7 +253,7 @@ def create_app(
         params = body.sampling(default_max)
         if body.max_completion_tokens:
             params.max_tokens = body.max_completion_tokens
-        result = await run("chat.completions", prompt, params)
+        result = await run(request, "chat.completions", prompt, params)
         if isinstance(result, JSONResponse):
             return result
         choice: dict[str, Any] = {
@@ -275,7 +285,7 @@ def create_app(
             return body
         assert isinstance(body, CompletionBody)
         prompt = body.prompt if isinstance(body.prompt, list) else tokenizer.encode(body.prompt)
-        result = await run("completions", prompt, body.sampling(16))
+        result = await run(request, "completions", prompt, body.sampling(16))
         if isinstance(result, JSONResponse):
             return result
         choice: dict[str, Any] = {
@@ -331,6 +341,8 @@ def create_app(
             version = await engine.update_weights(source, version)
         except StaleVersion as exc:
             return _error(409, str(exc), "invalid_request_error")
+        except EngineDead as exc:
+            return _error(503, str(exc), "unavailable")
         except PolicyError as exc:
             return _error(400, str(exc), "invalid_request_error")
         except FileNotFoundError as exc:
@@ -359,3 +371,24 @@ def create_app(
         ("/v1/weights/state_dict", state_dict_weights, ["POST"]),
     ]
     return Starlette(routes=[Route(p, f, methods=m) for p, f, m in routes], lifespan=lifespan)
+
+
+async def _unless_disconnected(request: Request, work: Any) -> Any:
+    """Await `work`, cancelling it (the engine frees its slot) if the client disconnects first."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return None
+    return task.result()
