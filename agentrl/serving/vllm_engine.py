@@ -123,7 +123,7 @@ class VLLMEngine:
         self._drained = asyncio.Event()  # set while no request is in flight
         self._drained.set()
         self._update_lock = asyncio.Lock()
-        self._staging = Path(tempfile.mkdtemp(prefix="agentrl-vllm-weights-"))
+        self._staging: Path | None = None  # where pushed state dicts are written for vLLM to load
 
     # ---- the Engine protocol -----------------------------------------------------------------
 
@@ -154,12 +154,15 @@ class VLLMEngine:
             # On a CPU vLLM reserves this fraction of host RAM for its KV cache.
             self._engine_args["gpu_memory_utilization"] = 0.3
         self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**self._engine_args))
+        self._staging = Path(tempfile.mkdtemp(prefix="agentrl-vllm-weights-"))
 
     async def stop(self) -> None:
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
-        shutil.rmtree(self._staging, ignore_errors=True)
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
 
     def health(self) -> str | None:
         """None while the engine can serve; else why not (the engine core died, a reload broke)."""
@@ -396,6 +399,7 @@ class VLLMEngine:
             check_state_dict(read_checkpoint_tensors(source), self._expected, optional)
             return Path(source)
         state = check_state_dict(source, self._expected, optional)
+        assert self._staging is not None  # made by start(); updates are refused before it
         directory = Path(tempfile.mkdtemp(dir=self._staging))
         _save_state_dict(state, directory, tied_head=self.tied_head)
         return directory
