@@ -231,7 +231,8 @@ BAD_GENERATE = {
     "prompt longer than the context": ({"prompt_token_ids": [5] * (CONTEXT + 10)}, "context holds"),
     "prompt exactly the context": ({"prompt_token_ids": [5] * CONTEXT}, "context holds"),
     "token id above the vocabulary": ({"prompt_token_ids": [5, 10**6]}, "out of range"),
-    "negative token id": ({"prompt_token_ids": [5, -1]}, "out of range"),
+    # (a server whose schema already refuses negative ids words it its own way)
+    "negative token id": ({"prompt_token_ids": [5, -1]}, ("out of range", "greater than or equal to 0")),
     "stop id outside the vocabulary": (
         {"prompt_token_ids": PROMPT, "stop_token_ids": [10**6]},
         "stop_token_ids",
@@ -249,7 +250,8 @@ def test_bad_generate_request_gets_a_4xx_and_the_server_keeps_serving(served, ca
     body, words = BAD_GENERATE[case]
     reply = served.http.post("/v1/generate", json={"max_tokens": 4, **body})
     assert 400 <= reply.status_code < 500, reply.text
-    assert words in reply.json()["error"]["message"], reply.text
+    message = reply.json()["error"]["message"]
+    assert any(w in message for w in ([words] if isinstance(words, str) else words)), reply.text
     served.chat_works()
 
 
