@@ -11,6 +11,7 @@ server kept serving after it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -101,13 +102,26 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         yield Served(url, process, log, checkpoint, http)
     finally:
         http.close()
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        _stop_tree(process)
+
+
+def _stop_tree(process: subprocess.Popen[bytes]) -> None:
+    """Stop the server and everything it started: an engine core whose server was killed (e.g. by
+    a test timeout) is re-parented to init and would otherwise keep its memory and cores."""
+    try:
+        children = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
 
 
 def _wait_ready(http: httpx.Client, process: subprocess.Popen[bytes], log: Path) -> None:
