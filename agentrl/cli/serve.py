@@ -57,14 +57,15 @@ def serve(
     max_body_mb: float = typer.Option(16.0, min=0.001, help="Largest JSON request body (413 beyond)."),
     kv_cache_mb: float = typer.Option(1024.0, min=1.0, help="torch engine: KV cache budget (MiB)."),
     session_cache_mb: float = typer.Option(256.0, min=0.0, help="torch engine: kept session prefixes (MiB)."),
+    dtype: str = typer.Option("auto", help="vllm only: weight dtype (auto, float32, bfloat16, float16)."),
 ) -> None:
     """Serve a checkpoint (OpenAI routes + token route) with the embedded torch engine or vLLM."""
     import torch
-    import uvicorn
 
     from agentrl.serving.engine import TorchEngine
     from agentrl.serving.engine_api import Engine
     from agentrl.serving.server import ServerConfig, bind_warning, create_app
+    from agentrl.serving.supervise import serve_until_unhealthy
     from agentrl.tokenizer import ChatTokenizer
 
     if threads:
@@ -81,7 +82,15 @@ def serve(
     if engine_name is EngineName.vllm:
         from agentrl.serving.vllm_engine import VLLMEngine
 
-        engine = VLLMEngine(model_dir, max_model_len=max_model_len, version=policy_version)
+        engine = VLLMEngine(
+            model_dir,
+            max_model_len=max_model_len,
+            dtype=dtype,
+            device=device,
+            max_batch=max_batch,
+            max_queue=max_queue,
+            version=policy_version,
+        )
     else:
         engine = TorchEngine.from_pretrained(
             model_dir,
@@ -93,7 +102,8 @@ def serve(
             version=policy_version,
         )
     app = create_app(engine, ChatTokenizer(model_dir), model_dir.name, config=config)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # Exits non-zero when the engine dies (see agentrl.serving.supervise), so a supervisor restarts it.
+    raise typer.Exit(serve_until_unhealthy(app, engine, host=host, port=port))
 
 
 def register(app: typer.Typer) -> None:
