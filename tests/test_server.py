@@ -121,3 +121,17 @@ def test_server_process_reports_its_cpu_time(ckpt):
     assert server.cpu_seconds() is None  # stopped
     with pytest.raises(ProcessLookupError):  # and nothing of its process group is left
         os.killpg(group, 0)
+
+
+async def test_server_process_hands_its_keys_to_the_server_and_pushes_with_the_admin_key(ckpt):
+    from agentrl.serving.model import CausalLM
+    from agentrl.serving.process import ServerProcess
+
+    state = CausalLM.from_pretrained(ckpt).state_dict()
+    with ServerProcess(ckpt, threads=1, api_key="gen-key", admin_key="admin-key") as server:
+        body = {"prompt_token_ids": [5, 6, 7], "max_tokens": 2}
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
+            assert (await http.post("/v1/generate", json=body)).status_code == 401
+            ok = await http.post("/v1/generate", json=body, headers={"Authorization": "Bearer gen-key"})
+            assert ok.status_code == 200
+        assert await server.push(state, version=1) == 1  # the weight route takes the admin key

@@ -34,6 +34,9 @@ from agentrl.generation import POLICY_VERSION_HEADER
 if TYPE_CHECKING:
     import torch
 
+API_KEY_ENV = "AGENTRL_API_KEY"  # generation routes (agentrl serve --api-key)
+ADMIN_KEY_ENV = "AGENTRL_ADMIN_KEY"  # weight and session routes (agentrl serve --admin-key)
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
@@ -65,7 +68,12 @@ class ServerProcess:
         extra_args: list[str] | None = None,
         startup_timeout: float = 180.0,
         version: int = 0,
+        api_key: str | None = None,
+        admin_key: str | None = None,
     ) -> None:
+        """`api_key` / `admin_key` (default: $AGENTRL_API_KEY / $AGENTRL_ADMIN_KEY) are handed to the
+        server (`agentrl serve --api-key/--admin-key`), and `push` authenticates with the admin key
+        (the API key when there is no admin key)."""
         self.model_dir = Path(model_dir)
         self.host = host
         self.port = port or free_port(host)
@@ -74,6 +82,8 @@ class ServerProcess:
         self.extra_args = extra_args or []
         self.startup_timeout = startup_timeout
         self.version = version  # the version the server stamps; follows every successful push
+        self.api_key = api_key or os.environ.get(API_KEY_ENV) or None
+        self.admin_key = admin_key or os.environ.get(ADMIN_KEY_ENV) or None
         self._process: subprocess.Popen[bytes] | None = None
         self._log: Any = None
         self._deadline = 0.0
@@ -117,8 +127,13 @@ class ServerProcess:
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = self.log_path.open("ab")
+        env = {**os.environ}
+        for name, key in ((API_KEY_ENV, self.api_key), (ADMIN_KEY_ENV, self.admin_key)):
+            if key:
+                env[name] = key
         self._process = subprocess.Popen(
             command,
+            env=env,
             stdout=self._log or subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl-C in the terminal reaches the trainer, which stops us
@@ -186,7 +201,9 @@ class ServerProcess:
     async def _post_weights(
         self, weights: Mapping[str, torch.Tensor] | str | Path, version: int
     ) -> httpx.Response:
-        async with httpx.AsyncClient(base_url=self.url, timeout=300.0) as http:
+        key = self.admin_key or self.api_key
+        auth = {"Authorization": f"Bearer {key}"} if key else {}
+        async with httpx.AsyncClient(base_url=self.url, timeout=300.0, headers=auth) as http:
             if isinstance(weights, str | Path):
                 body = {"path": str(weights), "version": version}
                 return await http.post("/v1/weights/load", json=body)

@@ -54,7 +54,7 @@ from agentrl.rollout.manager import EnvManager
 from agentrl.rollout.stats import RolloutStats
 from agentrl.serving.checkpoint import init_checkpoint
 from agentrl.serving.model import CausalLM
-from agentrl.serving.process import ServerProcess
+from agentrl.serving.process import API_KEY_ENV, ServerProcess
 from agentrl.tokenizer import ChatTokenizer
 from agentrl.trajectory import TrajectoryGroup
 from agentrl_trainers.buffer import StalenessBuffer
@@ -448,6 +448,7 @@ class TrainingRun:
             max_turns=config.env.max_turns,
             concurrency=config.env.concurrency,
             retry_for=config.server.startup_timeout + 30.0,
+            api_key=os.environ.get(API_KEY_ENV),
             on_trajectory=self._evaluation_hook(step, version),
         )
         writer.log(
@@ -501,7 +502,8 @@ def make_client(url: str, tokenizer_dir: Path, config: TrainConfig, *, temperatu
     )
     # Retry long enough to ride out a policy-server restart (see ServerSupervisor).
     retry_for = config.server.startup_timeout + 30.0
-    return PolicyClient(url, tokenizer_dir, sampling=params, retry_for=retry_for)
+    api_key = os.environ.get(API_KEY_ENV)  # the child server got the same keys from the environment
+    return PolicyClient(url, tokenizer_dir, sampling=params, retry_for=retry_for, api_key=api_key)
 
 
 class _SeedCounter(Iterator[int]):
