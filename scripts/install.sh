@@ -9,5 +9,5 @@ PYTHON=${PYTHON:-python3}
 
 "$PYTHON" -m pip install -q --disable-pip-version-check "torch==2.13.0"
 "$PYTHON" -m pip install -q --disable-pip-version-check \
-    -e ".[serve,sandbox,dev]" -e trainers -e envs/games -e envs/code -e envs/web
+    -e ".[serve,sandbox,ray,dev]" -e trainers -e envs/games -e envs/code -e envs/web
 echo "agentrl installed: $("$PYTHON" -c 'import agentrl; print(agentrl.__version__)')"

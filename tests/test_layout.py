@@ -59,7 +59,7 @@ def _side(module: str) -> str:
         return "trainers"
     if len(parts) == 1:
         return "facade"  # agentrl/__init__.py re-exports the public API
-    return parts[1] if parts[1] in {"rollout", "serving", "sandbox", "cli", "viewer"} else "core"
+    return parts[1] if parts[1] in {"rollout", "serving", "sandbox", "cli", "viewer", "ray"} else "core"
 
 
 # What each side may import (besides itself). The CLI composes everything in agentrl.
@@ -70,8 +70,9 @@ ALLOWED = {
     "serving": {"core"},
     "sandbox": {"core"},
     "viewer": {"core"},
-    "cli": {"core", "rollout", "serving", "sandbox", "viewer", "facade"},
-    "trainers": {"core", "rollout", "serving", "sandbox", "facade", "cli"},
+    "ray": {"core", "rollout", "serving"},
+    "cli": {"core", "rollout", "serving", "sandbox", "viewer", "facade", "ray"},
+    "trainers": {"core", "rollout", "serving", "sandbox", "facade", "cli", "ray"},
 }
 
 
@@ -136,9 +137,9 @@ def test_no_agentrl_module_imports_the_trainers() -> None:
 def test_env_side_imports_no_torch(env_id: str) -> None:
     code = (
         "import sys, asyncio, agentrl, agentrl.rollout, agentrl.rollout.manager, agentrl.rollout.client, "
-        "agentrl.rollout.scripted, agentrl.rollout.evaluate, agentrl.cli\n"
+        "agentrl.rollout.scripted, agentrl.rollout.evaluate, agentrl.cli, agentrl.ray\n"
         f"env = agentrl.make({env_id!r}); env.reset(seed=0)\n"
-        "heavy = ('torch', 'transformers', 'docker', 'tensorboard', 'matplotlib')\n"
+        "heavy = ('torch', 'transformers', 'docker', 'tensorboard', 'matplotlib', 'ray')\n"
         "heavy = sorted(m for m in heavy if m in sys.modules)\n"
         "assert not heavy, heavy\n"
     )

@@ -31,7 +31,7 @@ from agentrl.core import Env
 from agentrl.errors import AgentRLError, UnknownEnvError
 from agentrl.generation import SamplingParams
 from agentrl.recording import RecordWriter
-from agentrl.rollout.manager import EnvManager
+from agentrl.rollout.manager import EnvManager, ManagerStats
 from agentrl.rollout.protocol import Policy
 from agentrl.rollout.scripted import ExpertPolicy, RandomPolicy
 from agentrl.rollout.stats import RolloutStats
@@ -218,13 +218,54 @@ def rollout(
     record: Annotated[
         Path | None, typer.Option(help="Append every finished episode to a store here (`agentrl view` it).")
     ] = None,
+    ray: Annotated[
+        str | None, typer.Option(help="Run on Ray env workers: 'local' (a private cluster) or an ADDRESS.")
+    ] = None,
+    workers: Annotated[
+        int, typer.Option(help="With --ray: env-worker actors sharing --concurrency.", min=1)
+    ] = 2,
 ) -> None:
     """Play episodes of an env with a policy and print success, reward and throughput."""
     kwargs = _parse_env_args(env_arg)
     _make(env_id, kwargs).close()  # a bad id or argument fails here, before a client connects
-    policy_fn = _resolve_policy(policy, seed, tokenizer, max_tokens, temperature)
     groups = math.ceil(episodes / group_size)
     width = group_size + redundancy
+    if ray is not None:
+        from agentrl.cli.ray_rollout import rollout_on_ray
+
+        spec = dict(group_size=group_size, redundancy=redundancy, max_concurrency=max(concurrency, width),
+                    max_turns=max_turns, step_timeout=step_timeout, episode_timeout=episode_timeout,
+                    env_kwargs=kwargs)  # fmt: skip
+        sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature)
+        ray_writer = _open_store(record)
+
+        def write(trajectory: Trajectory) -> None:  # delivered groups hold no cancelled episode
+            if ray_writer is not None:
+                ray_writer.write_episode(trajectory, source="rollout", policy=policy)
+
+        try:
+            stats, kept, elapsed = rollout_on_ray(
+                env_id,
+                spec,
+                policy,
+                seed,
+                tokenizer,
+                sampling,
+                range(seed, seed + groups),
+                ray,
+                workers,
+                console,
+                on_trajectory=write,
+            )
+        except (AgentRLError, ValueError) as exc:
+            raise _fail(str(exc)) from None
+        finally:
+            if ray_writer is not None:
+                ray_writer.close()
+        _print_summary(stats, kept, elapsed)
+        _print_recorded(ray_writer, record)
+        return
+    policy_fn = _resolve_policy(policy, seed, tokenizer, max_tokens, temperature)
     try:
         manager = EnvManager(
             env_id,
@@ -266,7 +307,11 @@ def rollout(
         if writer is not None:
             writer.close()
     elapsed = time.perf_counter() - started
-    _print_summary(manager, kept, elapsed)
+    _print_summary(manager.stats, kept, elapsed)
+    _print_recorded(writer, record)
+
+
+def _print_recorded(writer: RecordWriter | None, record: Path | None) -> None:
     if writer is not None:
         size = f"{writer.bytes_written / 1e3:.1f} kB"
         console.print(f"recorded to {writer.path} ({size}); browse it with `agentrl view {record}`")
@@ -298,14 +343,15 @@ def _fewer_gc_passes() -> Iterator[None]:
         gc.set_threshold(*thresholds)
 
 
-def _print_summary(manager: EnvManager, kept: list[Trajectory], elapsed: float) -> None:
+def _print_summary(stats: ManagerStats, kept: list[Trajectory], elapsed: float) -> None:
+    """The same table in process and on Ray: `stats` is the manager's, or the Ray driver's."""
     summary = RolloutStats.of(kept)
-    stats = manager.stats
     table = Table("metric", "value", show_header=False)
     table.add_row("episodes (kept)", str(summary.episodes))
     table.add_row("success rate", f"{summary.success_rate:.1%}")
     table.add_row("mean reward", f"{summary.reward_mean:.3f}")
     table.add_row("mean turns", f"{summary.turns_mean:.1f}")
+    table.add_row("launched", f"{stats.launched} episodes ({stats.ended} ended, {stats.in_flight} in flight)")
     table.add_row("episodes/s", f"{stats.ended / elapsed:.1f}")
     table.add_row("env-steps/s", f"{stats.env_steps / elapsed:.1f}")
     reasons = ", ".join(f"{r.value}={n}" for r, n in stats.by_reason.items() if n)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.rollout.manager import EnvManager
+from agentrl.rollout.protocol import Policy
 from agentrl.rollout.stats import RolloutStats
 from agentrl.trajectory import Trajectory
 
@@ -65,20 +66,46 @@ async def evaluate_server(
     client = PolicyClient(
         url, tokenizer_dir, sampling=params, seed=sampling_seed, retry_for=retry_for, api_key=api_key
     )
+    try:
+        return await evaluate_policy(
+            client,
+            env_id,
+            episodes,
+            seed_offset=seed_offset,
+            temperature=temperature,
+            env_kwargs=env_kwargs,
+            max_turns=max_turns,
+            concurrency=concurrency,
+            on_trajectory=on_trajectory,
+        )
+    finally:
+        await client.aclose()
+
+
+async def evaluate_policy(
+    policy: Policy,
+    env_id: str,
+    episodes: int,
+    *,
+    seed_offset: int = 1_000_000,
+    temperature: float = 0.0,
+    env_kwargs: dict[str, Any] | None = None,
+    max_turns: int | None = None,
+    concurrency: int = 32,
+    on_trajectory: Callable[[Trajectory], None] | None = None,
+) -> EvalReport:
+    """Play `episodes` held-out seeds with any policy (`temperature` is recorded, not applied)."""
     manager = EnvManager(
         env_id,
-        client,
+        policy,
         group_size=1,
         max_concurrency=concurrency,
         max_turns=max_turns,
         env_kwargs=env_kwargs,
         on_trajectory=on_trajectory,
     )
-    try:
-        async with manager:
-            groups = await manager.run(range(seed_offset, seed_offset + episodes))
-    finally:
-        await client.aclose()
+    async with manager:
+        groups = await manager.run(range(seed_offset, seed_offset + episodes))
     stats = RolloutStats.of(t for g in groups for t in g.trajectories)
     return EvalReport(
         env_id=env_id,

@@ -47,6 +47,9 @@ class Task:
 
     seed: int | None
     options: dict[str, Any] | None = None
+    # The group's id; None lets the manager number it. A distributed task queue names its leases
+    # here, so a finished group says which lease it settles.
+    group_id: str | None = None
 
 
 @dataclass
@@ -268,7 +271,7 @@ class EnvManager:
 
     def _launch_group(self, run: _Run, task: Task, slots: asyncio.Semaphore) -> None:
         self._group_counter += 1
-        group = _Group(group_id=f"{self._prefix}-g{self._group_counter}", task=task)
+        group = _Group(group_id=task.group_id or f"{self._prefix}-g{self._group_counter}", task=task)
         run.open_groups += 1
         self.stats.groups_launched += 1
         for index in range(self.width):
@@ -407,6 +410,8 @@ class EnvManager:
             started = clock()
             try:
                 output = await policy(PolicyInput(episode_id, turn_index, messages, env, task.seed, index))
+            except TimeoutError:  # the policy's own turn deadline: the episode ends as TIMEOUT
+                raise
             except Exception as exc:
                 raise _PolicyFailed(exc) from exc
             if isinstance(output, str):

@@ -64,6 +64,9 @@ def train(
     resume: Annotated[bool, typer.Option(help="continue from the newest checkpoint in --out")] = False,
     out: Annotated[Path | None, typer.Option(help="run directory (overrides the config)")] = None,
     steps: Annotated[int | None, typer.Option(help="optimizer steps (overrides the config)")] = None,
+    ray: Annotated[
+        str | None, typer.Option(help="run on Ray: local | auto | HOST:PORT (overrides ray.address)")
+    ] = None,
 ) -> None:
     """Train an agent with RL: build/load the model, warm-start, serve it, roll out, learn."""
     from agentrl_trainers.config import load_config
@@ -71,7 +74,7 @@ def train(
 
     overrides: dict[str, Any] = {}
     for key, value in (("mode", mode), ("buffer.max_staleness", max_staleness), ("out", out),
-                       ("schedule.steps", steps)):  # fmt: skip
+                       ("schedule.steps", steps), ("ray.address", ray)):  # fmt: skip
         if value is not None:
             overrides[key] = str(value) if isinstance(value, Path) else value
     try:

@@ -148,6 +148,21 @@ class RecordConfig(_Section):
     evaluations: bool = True  # held-out episodes too: the same seeds at every evaluation, to compare
 
 
+class RayConfig(_Section):
+    """Run rollouts and the policy on a Ray cluster (docs/ray.md); `address: null` = in process."""
+
+    # "local" (a private cluster started here), "auto" (the one `ray start` runs on this machine),
+    # or HOST:PORT. `agentrl train --ray ...` overrides it.
+    address: str | None = None
+    env_workers: int = Field(2, ge=1)  # env-worker actors; env.concurrency is split between them
+    replicas: int = Field(1, ge=1)  # policy replica actors behind the router
+    cpus_per_env_worker: float = Field(1.0, ge=0)
+    cpus_per_replica: float = Field(1.0, gt=0)
+    gpus_per_replica: float = Field(0.0, ge=0)
+    engine: Literal["torch", "vllm"] = "torch"
+    turn_timeout: float = Field(600.0, gt=0)  # seconds one policy turn may take (else: TIMEOUT)
+
+
 class TrainConfig(_Section):
     """The whole run."""
 
@@ -162,6 +177,7 @@ class TrainConfig(_Section):
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     sft: SFTConfig = Field(default_factory=SFTConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
     record: RecordConfig = Field(default_factory=RecordConfig)
 
     @model_validator(mode="after")

@@ -264,6 +264,7 @@ class TrainingRun:
         self.resume = resume
         self.progress = progress  # an object with .log(str) and .update(step, total, metrics)
         self._rollouts = RolloutStats()  # episodes ended since the last step
+        self.ray: Any = None  # the Ray backend when `ray.address` is set (agentrl_trainers.ray_backend)
         self._recorder: StepRecorder | None = None
 
     def _drain_rollouts(self) -> dict[str, float]:
@@ -275,6 +276,14 @@ class TrainingRun:
             self.progress.log(message)
 
     def run(self) -> TrainResult:
+        if self.config.ray.address is not None:  # rollouts and the policy on a Ray cluster
+            from agentrl.ray.cluster import connect
+
+            with connect(self.config.ray.address):
+                return self._run()
+        return self._run()
+
+    def _run(self) -> TrainResult:
         config, paths = self.config, self.paths
         paths.root.mkdir(parents=True, exist_ok=True)
         latest = paths.latest_checkpoint()
@@ -304,7 +313,11 @@ class TrainingRun:
         serve_dir = checkpoint or start_dir
         server_threads, trainer_threads = config.cpu_threads(len(os.sched_getaffinity(0)))
         torch.set_num_threads(trainer_threads)
-        server = ServerProcess(
+        if config.ray.address is not None:  # replicas + env workers instead of one server + manager
+            from agentrl_trainers.ray_backend import RayBackend
+
+            self.ray = RayBackend(config, serve_dir, learner.version)
+        server = self.ray or ServerProcess(
             serve_dir,
             host=config.server.host,
             port=config.server.port,
@@ -344,7 +357,10 @@ class TrainingRun:
     ) -> None:
         config, schedule = self.config, self.config.schedule
         url = server.url
-        policy = make_client(url, tokenizer_dir, config, temperature=config.sampling.temperature)
+        ray = self.ray
+        policy = (
+            None if ray else make_client(url, tokenizer_dir, config, temperature=config.sampling.temperature)
+        )
         buffer = StalenessBuffer(
             schedule.groups_per_step,
             config.effective_max_staleness,
@@ -354,17 +370,21 @@ class TrainingRun:
             group_size=config.env.group_size,
             max_filtered_groups=config.buffer.max_filtered_batches * schedule.groups_per_step or None,
         )
-        manager = EnvManager(
-            config.env.id,
-            policy,
-            group_size=config.env.group_size,
-            redundancy=config.env.redundancy,
-            max_concurrency=max(config.env.concurrency, config.env.group_size + config.env.redundancy),
-            max_turns=config.env.max_turns,
-            step_timeout=config.env.step_timeout,
-            episode_timeout=config.env.episode_timeout,
-            env_kwargs=config.env.kwargs,
-            on_trajectory=lambda trajectory: self._rollouts.add(trajectory),
+        manager = (
+            ray.make_rollout(lambda trajectory: self._rollouts.add(trajectory))
+            if ray
+            else EnvManager(
+                config.env.id,
+                policy,
+                group_size=config.env.group_size,
+                redundancy=config.env.redundancy,
+                max_concurrency=max(config.env.concurrency, config.env.group_size + config.env.redundancy),
+                max_turns=config.env.max_turns,
+                step_timeout=config.env.step_timeout,
+                episode_timeout=config.env.episode_timeout,
+                env_kwargs=config.env.kwargs,
+                on_trajectory=lambda trajectory: self._rollouts.add(trajectory),
+            )
         )
         seeds = _SeedCounter(state["next_seed"], schedule.eval_seed_offset)
 
@@ -408,7 +428,9 @@ class TrainingRun:
                     "tokens_per_s": metrics["tokens"] / max(step_seconds, 1e-9),
                     "cpu_busy_cores": busy.read(),
                     "env_steps": manager.stats.env_steps,
-                    "policy/resent_requests": float(policy.resent_requests),
+                    "policy/resent_requests": float(
+                        policy.resent_requests if policy else manager.resampled_turns
+                    ),
                     "server_restarts": float(self._supervisor.restarts),
                 }
                 writer.log(step, record)
@@ -428,7 +450,8 @@ class TrainingRun:
                 await producer
             await buffer.close()
             await manager.aclose()
-            await policy.aclose()
+            if policy is not None:
+                await policy.aclose()
         result.steps, result.version = step, learner.version
         result.wall_time = wall()
         if schedule.eval_episodes > 0:
@@ -436,21 +459,27 @@ class TrainingRun:
 
     async def _evaluate(self, url: str, version: int, writer: MetricsWriter, step: int, wall: float) -> float:
         config = self.config
-        report = await evaluate_server(
-            url,
-            self.tokenizer_dir,
-            config.env.id,
-            config.schedule.eval_episodes,
-            seed_offset=config.schedule.eval_seed_offset,
-            temperature=config.sampling.eval_temperature,
-            max_tokens=config.sampling.max_tokens,
-            env_kwargs=config.env.kwargs,
-            max_turns=config.env.max_turns,
-            concurrency=config.env.concurrency,
-            retry_for=config.server.startup_timeout + 30.0,
-            api_key=os.environ.get(API_KEY_ENV),
-            on_trajectory=self._evaluation_hook(step, version),
-        )
+        hook = self._evaluation_hook(step, version)
+        if self.ray:
+            report = await self.ray.evaluate(
+                config.schedule.eval_episodes, config.schedule.eval_seed_offset, hook
+            )
+        else:
+            report = await evaluate_server(
+                url,
+                self.tokenizer_dir,
+                config.env.id,
+                config.schedule.eval_episodes,
+                seed_offset=config.schedule.eval_seed_offset,
+                temperature=config.sampling.eval_temperature,
+                max_tokens=config.sampling.max_tokens,
+                env_kwargs=config.env.kwargs,
+                max_turns=config.env.max_turns,
+                concurrency=config.env.concurrency,
+                retry_for=config.server.startup_timeout + 30.0,
+                api_key=os.environ.get(API_KEY_ENV),
+                on_trajectory=hook,
+            )
         writer.log(
             step,
             {
