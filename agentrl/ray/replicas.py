@@ -81,17 +81,17 @@ class PolicyReplica:
         return int(await self.engine.update_weights(source, version))
 
     async def release(self, session_ids: list[str]) -> None:
-        drop = getattr(self.engine, "drop_session", None)  # engines without a session store ignore it
-        if drop is not None:
-            for session_id in session_ids:
-                drop(session_id)
+        """Free the kept KV prefixes of ended episodes (the Engine protocol's `drop_sessions`)."""
+        self.engine.drop_sessions(session_ids)
 
-    async def load(self) -> dict[str, int]:
-        """Version and queue state (the pool's liveness probe)."""
+    async def load(self) -> dict[str, Any]:
+        """Version, queue state and health (the pool's liveness probe): `health` is None while
+        the engine works, else why not (an engine whose core died is restarted like a dead actor)."""
         return {
             "version": int(self.engine.version),
-            "running": int(getattr(self.engine, "running", 0)),
-            "queued": int(getattr(self.engine, "queue_depth", 0)),
+            "running": int(self.engine.running),
+            "queued": int(self.engine.queue_depth),
+            "health": self.engine.health(),
         }
 
 
@@ -361,6 +361,9 @@ class ReplicaPool:
                     async with asyncio.timeout(30):
                         load = await actor.load.remote()
                 except (TimeoutError, ray.exceptions.RayActorError):
+                    load = {"health": "no answer to the probe"}
+                if load["health"] is not None:
+                    logger.warning("policy replica %d is unhealthy: %s", replica_id, load["health"])
                     await self.router.report_dead.remote(replica_id, incarnation)
                     down.add(replica_id)
                     continue

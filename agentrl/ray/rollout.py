@@ -106,7 +106,8 @@ class RayRollout:
     async def cpu_seconds(self) -> float:
         """CPU time used so far by the live workers' and the queue's processes (not Ray's daemons)."""
         actors = [*self._actors.values(), self._queue]
-        return sum(await asyncio.gather(*(actor.cpu_seconds.remote() for actor in actors)))
+        seconds: list[float] = await asyncio.gather(*(actor.cpu_seconds.remote() for actor in actors))
+        return sum(seconds)
 
     def actor(self, worker_id: int) -> Any:
         """The actor handle of one env worker (to inspect it, or to kill it in a fault test)."""
