@@ -23,6 +23,21 @@ Conventions the rest of agentrl relies on:
 - `info["format_error"]` (bool) marks an action that could not be parsed; the env should give
   a format penalty and return the same state rather than raise.
 - Raising from `astep` is allowed: the manager records the episode with stop reason `error`.
+
+Tools: an env may also declare tools, async methods marked `@tool` (see `agentrl.tools`):
+
+    class Calc(Env):
+        tool_error_penalty = -0.2                      # per malformed call (the env's choice)
+
+        @tool
+        async def add(self, a: float, b: float) -> str:
+            '''Add two numbers.'''
+            return str(a + b)
+
+The manager shows them to the policy (OpenAI `tools` shape), routes each call the model writes to
+`call_tool`, and feeds the results back as `tool` messages; a turn without a call goes to `astep`
+as before, so an episode can mix tool turns and env steps. A tool returns a string, or a
+`ToolResult` whose reward/terminated/truncated end the episode like a step would.
 """
 
 from __future__ import annotations
@@ -37,6 +52,15 @@ import numpy as np
 from gymnasium import spaces
 
 from agentrl.errors import AgentRLError
+from agentrl.tools import (
+    ToolCall,
+    ToolError,
+    ToolResult,
+    ToolSpec,
+    decode_arguments,
+    tool_methods,
+    validate_arguments,
+)
 
 T = TypeVar("T")
 
@@ -69,6 +93,9 @@ class Env(gymnasium.Env[str, str]):
     #: Instructions shown to the agent once, as the system message of the conversation.
     system_prompt: str = ""
 
+    #: Reward given for each malformed tool call (bad JSON, unknown tool, wrong arguments).
+    tool_error_penalty: float = -0.1
+
     _sync_loop: asyncio.AbstractEventLoop | None = None
 
     async def areset(
@@ -97,6 +124,39 @@ class Env(gymnasium.Env[str, str]):
     def observation_message(self, observation: str) -> ChatMessage:
         """The chat message that shows `observation` to the agent (override for a `tool` role)."""
         return {"role": "user", "content": observation}
+
+    def tools(self) -> list[ToolSpec]:
+        """The tools this env offers (its `@tool` methods); empty for a plain text env."""
+        return [spec for spec, _ in tool_methods(self).values()]
+
+    async def call_tool(self, call: ToolCall) -> ToolResult:
+        """Run one parsed call. Malformed calls come back as an error result with the penalty.
+
+        Never raises for the model's mistakes (unreadable call, unknown tool, arguments that do
+        not match the schema, a `ToolError` from the tool): the model gets a message saying
+        what was wrong, `info["tool_error"]` holds it, and the reward is `tool_error_penalty`
+        (a `ToolError` is the tool refusing a well-formed call, so it costs nothing). Other
+        exceptions are the env's own bugs and propagate like one from `astep`.
+        """
+        methods = tool_methods(self)
+        problem = call.error
+        if problem is None and call.name not in methods:
+            problem = f"unknown tool {call.name!r}; available: {', '.join(methods) or 'none'}"
+        args: dict[str, Any] | None = None
+        if problem is None:
+            spec, method = methods[call.name]
+            args, problem = decode_arguments(call)
+            if args is not None:
+                problems = validate_arguments(spec.parameters, args)
+                problem = "; ".join(problems) if problems else None
+        if problem is not None or args is None:
+            info = {"tool_error": problem, "format_error": True}
+            return ToolResult(f"Error: {problem}", self.tool_error_penalty, info=info)
+        try:
+            result = await method(**args)
+        except ToolError as exc:
+            return ToolResult(f"Error: {exc}", info={"tool_error": str(exc)})
+        return result if isinstance(result, ToolResult) else ToolResult(str(result))
 
     def expert_action(self) -> str:
         """A scripted expert's action for the current state, for tests and warm-start data."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import PolicyError
+from agentrl.tools import template_has_tool_format, template_messages
 
 END_OF_TEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -62,6 +63,8 @@ class ChatTokenizer:
         self.end_of_turn_id: int = eos_id
         self.eos_token_ids = self._eos_ids()
         self._template = _compile_template(self.chat_template)
+        #: whether the template renders tools itself; if not, `agentrl.tools`' default format is used
+        self.native_tools = template_has_tool_format(self.chat_template)
         self._cleanup_spaces = bool(config.get("clean_up_tokenization_spaces", False))
         self.turn_separator = self._turn_separator()
 
@@ -112,11 +115,14 @@ class ChatTokenizer:
         add_generation_prompt: bool = True,
         tools: list[dict[str, Any]] | None = None,
     ) -> str:
-        """The chat template applied to `messages` (and `tools`, for templates that take them)."""
+        """The chat template applied to `messages` and `tools` (see `agentrl.tools` for the format).
+
+        Messages may be OpenAI-shaped: assistant messages with `tool_calls`, `tool` messages.
+        """
         try:
             text: str = self._template.render(
-                messages=messages,
-                tools=tools,
+                messages=template_messages(messages, tools, self.native_tools),
+                tools=(tools or None) if self.native_tools else None,
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token or "",
                 eos_token=self.eos_token or "",
@@ -125,10 +131,17 @@ class ChatTokenizer:
             raise PolicyError(f"the chat template rejected the messages: {exc}") from exc
         return text
 
-    def encode_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> list[int]:
-        return self.encode(self.render(messages, add_generation_prompt))
+    def encode_chat(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[int]:
+        return self.encode(self.render(messages, add_generation_prompt, tools))
 
-    def continuation_text(self, new_messages: list[dict[str, Any]], closed: bool) -> str:
+    def continuation_text(
+        self, new_messages: list[dict[str, Any]], closed: bool, tools: list[dict[str, Any]] | None = None
+    ) -> str:
         """Text to append after a sampled assistant turn: separator, new messages, generation prompt.
 
         Rendered as the difference between a conversation with and without the new messages, so
@@ -137,8 +150,8 @@ class ChatTokenizer:
         limit, stop string), the end-of-turn token is written first so the turn is well formed.
         """
         base = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]
-        head = self.render(base, add_generation_prompt=False)
-        full = self.render(base + list(new_messages), add_generation_prompt=True)
+        head = self.render(base, add_generation_prompt=False, tools=tools)
+        full = self.render(base + list(new_messages), add_generation_prompt=True, tools=tools)
         if not full.startswith(head):
             raise PolicyError("the chat template is not prefix-stable; cannot render turns incrementally")
         prefix = "" if closed else (self.eos_token or "")

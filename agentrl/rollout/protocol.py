@@ -8,7 +8,7 @@ that trajectories are built token-in/token-out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from agentrl.core import ChatMessage, Env
@@ -24,6 +24,7 @@ class PolicyInput:
     env: Env  # the live env: scripted experts read its state, LLM policies ignore it
     seed: int | None = None  # the episode's task seed (None if the task has none)
     index: int = 0  # the episode's index within its group (the group's episodes share `seed`)
+    tools: list[dict[str, Any]] | None = None  # the env's tools, OpenAI-shaped (None: a text-only env)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentrl.generation import SamplingParams
+from agentrl.serving.tools import ToolMessageFields, ToolRequestFields
 
 MAX_N = 16  # choices per prompt
 MAX_PROMPTS = 64  # prompts in one /v1/completions request
@@ -99,17 +100,21 @@ class TextPart(_Body):
     text: str
 
 
-class ChatMessage(_Body):
+class ChatMessage(ToolMessageFields, _Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] = Field(description="a string or a list of text parts")
+    content: str | list[TextPart] | None = Field(
+        default=None, description="a string or a list of text parts (may be null beside tool_calls)"
+    )
 
     def render(self) -> dict[str, Any]:
         """The message as the chat template sees it (`developer` is the system role there)."""
-        text = self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
-        return {"role": "system" if self.role == "developer" else self.role, "content": text}
+        content = self.content or ""
+        text = content if isinstance(content, str) else "\n".join(p.text for p in content)
+        role = "system" if self.role == "developer" else self.role
+        return {"role": role, "content": text} | self.tool_fields()
 
 
-class ChatBody(_OpenAISampling):
+class ChatBody(_OpenAISampling, ToolRequestFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
     logprobs: bool = False

@@ -61,6 +61,7 @@ from agentrl.serving.engine_api import (
 )
 from agentrl.serving.openai_format import VisibleText, chat_logprobs, completion_logprobs, usage
 from agentrl.serving.openapi import openapi_document
+from agentrl.serving.tools import ChatPlan, plan_chat
 from agentrl.tokenizer import ChatTokenizer
 
 logger = logging.getLogger(__name__)
@@ -611,8 +612,8 @@ async def chat_completions(request: Request) -> Response:
     ctx = ctx_of(request)
     body = await parse_body(request, schemas.ChatBody)
     check_model(ctx, body.model)
-    messages = [m.render() for m in body.messages]
-    prompt = await asyncio.to_thread(lambda: encode_text(ctx, ctx.tokenizer.render(messages, True)))
+    plan = await asyncio.to_thread(plan_chat, ctx.tokenizer, body)  # tools, tool_choice (serving/tools.py)
+    prompt = plan.prompt_ids
     max_tokens = body.max_completion_tokens or body.max_tokens or ctx.config.chat_max_tokens
     k = (body.top_logprobs or 0) if body.logprobs else 0
     choices = [_Choice(ctx, 0, body.sampling(max_tokens, k, seed_offset=i)) for i in range(body.n)]
@@ -626,7 +627,7 @@ async def chat_completions(request: Request) -> Response:
     results = await until_disconnected(
         request, generate_all(ctx, [(prompt, c.params, None) for c in choices])
     )
-    out = await asyncio.to_thread(_chat_response, ctx, meta, choices, results, body.logprobs, k)
+    out = await asyncio.to_thread(_chat_response, ctx, meta, choices, results, body.logprobs, k, plan)
     ctx.metrics.record("chat.completions", sum(len(r.token_ids) for r in results))
     return JSONResponse(out)
 
@@ -638,14 +639,15 @@ def _chat_response(
     results: list[GenerationResult],
     logprobs: bool,
     k: int,
+    plan: ChatPlan,
 ) -> dict[str, Any]:
     out_choices = []
     for i, (choice, r) in enumerate(zip(choices, results, strict=True)):
-        text = choice.text.feed(r.token_ids, r.finish_reason)
+        message, finish_reason = plan.reply(choice.text.feed(r.token_ids, r.finish_reason), r.finish_reason)
         entry: dict[str, Any] = {
             "index": i,
-            "message": {"role": "assistant", "content": text},
-            "finish_reason": r.finish_reason,
+            "message": message,
+            "finish_reason": finish_reason,
             "logprobs": None,
         }
         if logprobs:
