@@ -24,6 +24,7 @@ from agentrl.rollout.http_pool import ShardedAsyncClient
 from agentrl.rollout.ledger import TokenLedger
 from agentrl.rollout.protocol import PolicyInput, PolicyOutput
 from agentrl.tokenizer import ChatTokenizer
+from agentrl.tools import forced_prefix
 
 RETRY_STATUS = {429, 502, 503, 504}
 MAX_BACKOFF = 2.0  # seconds between retries when retrying for a time budget
@@ -48,6 +49,7 @@ class PolicyClient:
         seed: int | None = None,
         retry_for: float | None = None,
         api_key: str | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
     ) -> None:
         """`seed`: if set, every request's sampling seed is drawn from (seed, the episode's task
         seed, its index in the group, the turn), so replaying the same episodes samples the same
@@ -62,8 +64,13 @@ class PolicyClient:
         records a turn only once its answer arrives, so the episode's tokens stay exact.
 
         `api_key`: sent as `Authorization: Bearer KEY` (a server started with `--api-key`).
+
+        `tool_choice` ("required" or {"type": "function", "function": {"name": N}}) forces every
+        turn of a tool env to open with a call, as the server's chat route does; the forced text
+        is sent as prompt tokens and is part of the action text. None/"auto": the model decides.
         """
         self.seed = seed
+        self.forced = forced_prefix(tool_choice)
         self.tokenizer = tokenizer if isinstance(tokenizer, ChatTokenizer) else ChatTokenizer(tokenizer)
         self.sampling = sampling or SamplingParams()
         self.max_retries, self.backoff, self.retry_for = max_retries, backoff, retry_for
@@ -134,7 +141,8 @@ class PolicyClient:
         if ledger is None:
             ledger = self._episodes[request.episode_id] = TokenLedger(self.tokenizer)
         messages = [dict(m) for m in request.messages]
-        prompt = ledger.next_prompt(messages)
+        forced = self.forced if request.tools else ""
+        prompt = ledger.next_prompt(messages, tools=request.tools, forced=forced)
         params = self.sampling
         if self.seed is not None and request.seed is not None:
             key = hash((self.seed, request.seed, request.index, request.turn))  # ints: stable across runs
@@ -143,7 +151,7 @@ class PolicyClient:
         sampled: list[int] = out["token_ids"]
         ledger.record(prompt, sampled, messages_seen=len(messages))
         return PolicyOutput(
-            text=self.tokenizer.decode(sampled, skip_special_tokens=True),
+            text=forced + self.tokenizer.decode(sampled, skip_special_tokens=True),
             prompt_token_ids=prompt,
             token_ids=sampled,
             logprobs=out["logprobs"],

@@ -17,6 +17,13 @@ The layout, per turn:
   string), the ledger writes the end-of-turn token first, so the context stays a well-formed
   conversation.
 
+Tool turns follow the same rule: the env's tools are rendered into the first prompt (the chat
+template's own tool format, or the default `<tool_call>` one, see `agentrl.tools`); the policy's
+reply with its calls is its sampled tokens as they are; the `tool` messages with the results are
+new messages, rendered as the continuation after it. A forced call opening (`tool_choice`
+"required" or a named tool) is appended after the generation prompt as prompt tokens: the model
+saw it, but did not sample it.
+
 Concatenating every turn's prompt tokens and sampled tokens gives exactly the last prompt the
 server received plus its last sample. Where the model sampled a non-canonical split of its text,
 these tokens are the truth (they are what the model saw) and re-tokenizing the conversation would
@@ -41,16 +48,29 @@ class TokenLedger:
         self.messages_seen = 0  # how many of the conversation's messages are already in `tokens`
         self.closed = True  # the last sampled turn ended with the end-of-turn token
 
-    def next_prompt(self, messages: Sequence[dict[str, Any]]) -> list[int]:
-        """The tokens to append before sampling, for the messages not yet in the ledger."""
+    def next_prompt(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        forced: str = "",
+    ) -> list[int]:
+        """The tokens to append before sampling, for the messages not yet in the ledger.
+
+        `tools`: the episode's tools (the same list every turn). `forced`: text that opens the
+        reply (`agentrl.tools.forced_prefix`), appended as its own tokens after the prompt.
+        """
+        tokenizer = self.tokenizer
+        forced_ids = tokenizer.encode(forced) if forced else []
         if not self.tokens:
-            return self.tokenizer.encode_chat(list(messages), add_generation_prompt=True)
+            return tokenizer.encode_chat(list(messages), add_generation_prompt=True, tools=tools) + forced_ids
         new = list(messages[self.messages_seen :])
         if new and new[0]["role"] == "assistant":
             new = new[1:]  # our own reply: its exact sampled tokens are already in the context
         if not new:
             raise PolicyError("no new message since the last turn; nothing to respond to")
-        return self.tokenizer.encode(self.tokenizer.continuation_text(new, closed=self.closed))
+        return (
+            tokenizer.encode(tokenizer.continuation_text(new, closed=self.closed, tools=tools)) + forced_ids
+        )
 
     def record(self, prompt: Sequence[int], sampled: Sequence[int], messages_seen: int) -> None:
         """Append one turn: the prompt tokens sent and the tokens sampled after them."""

@@ -48,7 +48,7 @@ class ExpertTokenPolicy:
     async def __call__(self, request: PolicyInput) -> PolicyOutput:
         ledger = self._ledgers.setdefault(request.episode_id, TokenLedger(self.tokenizer))
         messages = [dict(m) for m in request.messages]
-        prompt = ledger.next_prompt(messages)
+        prompt = ledger.next_prompt(messages, tools=request.tools)
         text = request.env.expert_action()
         action = ledger.action_tokens(text)
         ledger.record(prompt, action, messages_seen=len(messages))
