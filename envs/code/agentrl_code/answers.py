@@ -1,9 +1,8 @@
-"""Read what the agent wrote: its final code, or a request to run code with the Python tool.
+"""Read the code the agent submitted.
 
-Formats (documented to the agent in the system prompt):
-- a submission is the last ```python fenced block (```py or a bare ``` also work), or the text
-  inside the last <answer>...</answer> (which may itself hold a fenced block);
-- a tool call is <python>...</python> (the last one, if several).
+Format (documented to the agent in the system prompt): a submission is the last ```python fenced
+block (```py or a bare ``` also work), or the text inside the last <answer>...</answer> (which may
+itself hold a fenced block). Tool calls (`code/PythonTool-v0`) are read by `agentrl.tools`.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import re
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
-_TOOL = re.compile(r"<python>(.*?)</python>", re.DOTALL | re.IGNORECASE)
 
 
 def extract_code(text: str) -> str | None:
@@ -30,18 +28,6 @@ def extract_code(text: str) -> str | None:
     return code.strip("\n") + "\n" if code.strip() else None
 
 
-def extract_tool_call(text: str) -> str | None:
-    """The code of a <python>...</python> tool call, or None when there is none."""
-    calls = _TOOL.findall(text)
-    if not calls or not calls[-1].strip():
-        return None
-    return calls[-1].strip("\n") + "\n"
-
-
 def format_submission(code: str) -> str:
     """`code` as a submission in the canonical format (what `expert_action()` returns)."""
     return f"```python\n{code.strip()}\n```"
-
-
-def format_tool_call(code: str) -> str:
-    return f"<python>\n{code.strip()}\n</python>"

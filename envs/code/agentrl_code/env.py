@@ -5,7 +5,8 @@
   pass (terminated) or `max_turns` submissions were made (truncated).
 - `SingleTurnCodeEnv` (`code/PythonSingleTurn-v0`): one submission, graded, episode over.
 - `ToolCodeEnv` (`code/PythonTool-v0`): before its one submission the agent may run scratch code
-  with a Python tool (`<python>...</python>`) and read its output, a limited number of times.
+  with the `run_python` tool (an `agentrl.tools` tool) and read its output, a limited number of
+  times.
 
 Rewards: each graded step pays the change in the fraction of tests passed, so an episode's total
 reward is the fraction its last submission passed (plus any format penalties). An action with no
@@ -22,7 +23,8 @@ from typing import Any, Literal
 from agentrl.core import Env
 from agentrl.errors import AgentRLError, ConfigError
 from agentrl.sandbox import ExecResult, SandboxPool
-from agentrl_code.answers import extract_code, extract_tool_call, format_submission, format_tool_call
+from agentrl.tools import ToolResult, format_call, tool
+from agentrl_code.answers import extract_code, format_submission
 from agentrl_code.grading import GradeReport, grade
 from agentrl_code.pools import acquire_shared_pool, release_shared_pool
 from agentrl_code.tasks import Difficulty, Task, load_tasks
@@ -44,7 +46,7 @@ SINGLE_TURN_SYSTEM_PROMPT = (
 )
 TOOL_SYSTEM_PROMPT = (
     "You are an expert Python programmer. Each task asks for one Python function. You may run "
-    "Python code first to try things out: write <python>your code</python> and you will see its "
+    "Python code first to try things out: call the run_python tool and you will see the script's "
     "exit code, stdout and stderr. When you are ready, submit the complete solution (the function "
     "plus any imports and helpers it needs) in one ```python code block; hidden unit tests then "
     "grade it and the episode ends."
@@ -252,10 +254,10 @@ class SingleTurnCodeEnv(CodeEnv):
 class ToolCodeEnv(CodeEnv):
     """A Python tool to try code before the one graded submission (`code/PythonTool-v0`).
 
-    An action holding `<python>...</python>` is a tool call: the code runs in a sandbox (no hidden
-    tests there) and its exit code, stdout and stderr are the next observation. Any other action
-    is read as the submission. Tool calls beyond `max_tool_calls` are refused (no run, reward 0);
-    the episode is truncated after `max_turns` actions.
+    The `run_python` tool runs a script in a sandbox (no hidden tests there) and answers with its
+    exit code, stdout and stderr. An action without a tool call is read as the submission. Runs
+    beyond `max_tool_calls` are refused (no run, reward 0); the episode is truncated after
+    `max_turns` actions, tool calls included. A malformed call costs `tool_error_penalty`.
 
     Extra args:
         max_tool_calls: tool runs allowed per episode.
@@ -287,37 +289,35 @@ class ToolCodeEnv(CodeEnv):
         self.tool_calls = 0
         return await super().areset(seed=seed, options=options)
 
-    async def astep(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        tool_code = extract_tool_call(action)
-        if tool_code is None:
-            return await super().astep(action)
+    @tool
+    async def run_python(self, code: str) -> ToolResult:
+        """Run a Python script in a sandbox and see its exit code, stdout and stderr."""
         self._require_open_episode()
         self.turn += 1
         truncated = self.turn >= self.max_turns
         self.done = truncated
-        info = self._info()
-        info.update(tool_call=True, format_error=False, tool_calls=self.tool_calls)
+        info = self._info() | {"tool_runs": self.tool_calls}
         if self.tool_calls >= self.max_tool_calls:
             info["tool_budget_exceeded"] = True
             message = (
                 f"Tool budget spent ({self.max_tool_calls} runs). "
                 "Submit your solution in a ```python code block."
             )
-            return message, 0.0, False, truncated, info
+            return ToolResult(message, truncated=truncated, info=info)
         self.tool_calls += 1
-        info["tool_calls"] = self.tool_calls
+        info["tool_runs"] = self.tool_calls
         pool = await self._pool()
         async with pool.acquire() as sandbox:
             result = await sandbox.run(
-                ["python3", "main.py"], files={"main.py": tool_code}, timeout=self.tool_timeout
+                ["python3", "main.py"], files={"main.py": code}, timeout=self.tool_timeout
             )
         info["tool_exit_code"] = result.exit_code
-        return self._tool_observation(result), 0.0, False, truncated, info
+        return ToolResult(self._tool_observation(result), truncated=truncated, info=info)
 
     def _task_observation(self) -> str:
         task = self._require_task()
         return (
-            f"{task.prompt.strip()}\n\nYou may run code with <python>...</python> up to "
+            f"{task.prompt.strip()}\n\nYou may run code with the run_python tool up to "
             f"{self.max_tool_calls} times, then submit the complete function in a ```python code block."
         )
 
@@ -340,7 +340,8 @@ class ToolCodeEnv(CodeEnv):
         """Like `CodeEnv.sample_action`, plus tool calls that print something about the task."""
         task = self._require_task()
         if int(self.np_random.integers(2)) == 0:
-            return format_tool_call(f"print({task.entry_point!r}, {int(self.np_random.integers(100))})")
+            code = f"print({task.entry_point!r}, {int(self.np_random.integers(100))})"
+            return format_call("run_python", {"code": code})
         return super().sample_action()
 
 

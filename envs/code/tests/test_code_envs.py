@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from agentrl_code.env import CodeEnv, SingleTurnCodeEnv, ToolCodeEnv
@@ -15,6 +16,7 @@ import agentrl
 from agentrl.errors import ConfigError
 from agentrl.rollout.manager import EnvManager
 from agentrl.rollout.scripted import ExpertPolicy, RandomPolicy
+from agentrl.tools import ToolCall
 from agentrl.trajectory import StopReason
 
 ENV_IDS = ["code/Python-v0", "code/PythonSingleTurn-v0", "code/PythonTool-v0"]
@@ -140,15 +142,21 @@ async def test_tampering_with_the_harness_cannot_fake_a_pass(code):
     await env.aclose()
 
 
+def run_python(code: str, call_id: str = "call_0") -> ToolCall:
+    return ToolCall(call_id, "run_python", json.dumps({"code": code}))
+
+
 async def test_tool_env_runs_code_then_grades_one_submission():
     env = ToolCodeEnv(backend="process", max_tool_calls=1)
     observation, _ = await env.areset(options={"task_id": "digit_sum"})
-    assert "<python>" in observation
-    observation, reward, terminated, _, info = await env.astep("<python>print(sum([4, 0, 9, 6]))</python>")
-    assert "19" in observation and "exit code: 0" in observation and info["tool_call"]
-    assert (reward, terminated) == (0.0, False)
-    observation, reward, terminated, _, info = await env.astep("<python>print(1)</python>")
-    assert info["tool_budget_exceeded"] and "budget" in observation
+    assert "run_python" in observation and [t.name for t in env.tools()] == ["run_python"]
+    result = await env.call_tool(run_python("print(sum([4, 0, 9, 6]))"))
+    assert "19" in result.content and "exit code: 0" in result.content and result.info["tool_runs"] == 1
+    assert (result.reward, result.terminated) == (0.0, False)
+    result = await env.call_tool(run_python("print(1)"))
+    assert result.info["tool_budget_exceeded"] and "budget" in result.content
+    bad = await env.call_tool(ToolCall("call_2", "run_python", json.dumps({"source": "print(1)"})))
+    assert bad.reward == env.tool_error_penalty and "arguments.code is required" in bad.content
     _, reward, terminated, _, info = await env.astep(env.expert_action())
     assert terminated and reward == 1.0 and info["success"]
     await env.aclose()
@@ -230,9 +238,8 @@ async def test_all_three_envs_on_the_docker_backend():
 
     tool = ToolCodeEnv(backend="docker", max_tool_calls=1)
     await tool.areset(options={"task_id": "digit_sum"})
-    resolve = "<python>import socket; socket.getaddrinfo('x.org', 80)</python>"
-    observation, _, _, _, info = await tool.astep(resolve)
-    assert info["tool_call"] and "exit code: 1" in observation  # no network in the sandbox
+    result = await tool.call_tool(run_python("import socket; socket.getaddrinfo('x.org', 80)"))
+    assert "exit code: 1" in result.content  # no network in the sandbox
     _, reward, terminated, _, info = await tool.astep(tool.expert_action())
     assert terminated and reward == 1.0 and info["success"]
 

@@ -6,7 +6,7 @@ import collections
 import json
 
 import pytest
-from agentrl_code.answers import extract_code, extract_tool_call, format_submission
+from agentrl_code.answers import extract_code, format_submission
 from agentrl_code.grading import judge
 from agentrl_code.probes import UnsupportedTestForm, plan_test, plan_tests
 from agentrl_code.tasks import builtin_tasks, load_tasks
@@ -73,11 +73,6 @@ def test_extract_code_prefers_answer_then_last_fence():
     assert extract_code("no code here") is None
     assert extract_code("```python\n\n```") is None
     assert extract_code(format_submission("def f():\n    return 1")) == "def f():\n    return 1\n"
-
-
-def test_extract_tool_call():
-    assert extract_tool_call("let me try <python>print(1)</python>") == "print(1)\n"
-    assert extract_tool_call("```python\nprint(1)\n```") is None
 
 
 def _events(*events: dict) -> str:

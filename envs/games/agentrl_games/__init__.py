@@ -6,6 +6,7 @@ The shared turn loop (answer parsing, format penalty, turn limit) is in `agentrl
 """
 
 from agentrl_games.base import BadAnswer, Result, TextGame, answer, extract_answer
+from agentrl_games.calculator import CalculatorEnv
 from agentrl_games.countdown import CountdownEnv
 from agentrl_games.frozen_lake import FrozenLakeEnv
 from agentrl_games.guess_number import GuessNumberEnv
@@ -14,6 +15,7 @@ from agentrl_games.wordle import WordleEnv
 
 __all__ = [
     "BadAnswer",
+    "CalculatorEnv",
     "CountdownEnv",
     "FrozenLakeEnv",
     "GuessNumberEnv",
