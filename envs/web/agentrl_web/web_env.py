@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import httpx
@@ -112,6 +113,14 @@ class WebEnv(Env):
         return self._observation(), {"task": self.instruction}
 
     async def astep(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        return await self.act(lambda: parse_action(action))
+
+    async def act(self, read: Callable[[], Action]) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """One turn: `read()` gives the action (or raises `ActionError`: a format penalty).
+
+        Shared by text actions (`astep` parses them) and the tool variants (`agentrl_web.tools`),
+        so both count turns, penalise and grade the same way.
+        """
         if self.session is None:
             raise RuntimeError("Call areset() before astep()")
         if self.done:
@@ -119,7 +128,7 @@ class WebEnv(Env):
         self.turn += 1
         info: dict[str, Any] = {"format_error": False}
         try:
-            reward, terminated, success = await self._apply(parse_action(action))
+            reward, terminated, success = await self._apply(read())
         except ActionError as exc:
             info.update(format_error=True, error=str(exc))
             reward, terminated, success = -self.format_penalty, False, False
