@@ -264,15 +264,14 @@ def parse_tool_calls(text: str, id_prefix: str = "call_") -> ParsedOutput:
             close = text.find(CALL_CLOSE, body_start, end)
             call_id = f"{id_prefix}{len(calls)}"
             if close < 0:
-                call = _read_call(call_id, text[body_start:end], unterminated=True)
-                call.raw = text[at:end]
-                calls.append(call)
+                message = f"the tool call is not closed with {CALL_CLOSE}"
+                calls.append(ToolCall(call_id, "", text[body_start:end].strip(), message, text[at:end]))
                 pos = cursor = end
                 break
-            call = _read_call(call_id, text[body_start:close])
             pos = cursor = close + len(CALL_CLOSE)
-            call.raw = text[at:pos]
-            calls.append(call)
+            for call in _read_block(id_prefix, len(calls), text[body_start:close]):
+                call.raw = text[at:pos]
+                calls.append(call)
     content.append(text[pos:])
     return ParsedOutput("".join(content).strip(), calls)
 
@@ -292,14 +291,19 @@ def _outside_think(text: str) -> list[tuple[int, int]]:
         pos = close + len(THINK_CLOSE)
 
 
-def _read_call(call_id: str, body: str, unterminated: bool = False) -> ToolCall:
+def _read_block(id_prefix: str, first: int, body: str) -> list[ToolCall]:
+    """The calls in one closed block: one JSON object, or a JSON list of them (some models' habit)."""
     raw = body.strip()
-    if unterminated:
-        return ToolCall(call_id, "", raw, f"the tool call is not closed with {CALL_CLOSE}")
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
-        return ToolCall(call_id, "", raw, f"the tool call is not valid JSON: {exc.msg} (at char {exc.pos})")
+        message = f"the tool call is not valid JSON: {exc.msg} (at char {exc.pos})"
+        return [ToolCall(f"{id_prefix}{first}", "", raw, message)]
+    items = obj if isinstance(obj, list) and obj else [obj]
+    return [_call_from_json(f"{id_prefix}{first + i}", item, raw) for i, item in enumerate(items)]
+
+
+def _call_from_json(call_id: str, obj: Any, raw: str) -> ToolCall:
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return ToolCall(
             call_id, "", raw, 'a tool call must be a JSON object {"name": ..., "arguments": {...}}'
