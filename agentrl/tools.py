@@ -355,22 +355,32 @@ def format_call(name: str, arguments: str | dict[str, Any]) -> str:
     return f"{CALL_OPEN}\n{body}\n{CALL_CLOSE}"
 
 
-def forced_prefix(tool_choice: str | dict[str, Any] | None) -> str:
+def forced_prefix(tool_choice: str | dict[str, Any] | None, tools: list[dict[str, Any]] | None = None) -> str:
     """The text that opens the assistant's turn when a call is forced, or "" when it is not.
 
-    `"required"` opens a call block (the model picks the tool); a named choice
-    (`{"type": "function", "function": {"name": N}}`) also writes the name, so only the
-    arguments are left to sample. "auto", "none" and None force nothing.
+    `"required"` opens a call block up to the tool's name (the model picks the tool). A named
+    choice (`{"type": "function", "function": {"name": N}}`) writes the name and opens the
+    arguments object up to its first key, so the model fills in arguments and cannot drift into
+    prose or into copying the schema; a tool without parameters gets its whole call written.
+    "auto", "none" and None force nothing.
     """
     if tool_choice in (None, "auto", "none"):
         return ""
     if tool_choice == "required":
-        return f"{CALL_OPEN}\n"
-    if isinstance(tool_choice, dict):
-        name = (tool_choice.get("function") or {}).get("name")
-        if isinstance(name, str) and name:
-            return f'{CALL_OPEN}\n{{"name": {json.dumps(name)}, "arguments": '
-    raise AgentRLError(f"tool_choice must be auto, none, required or a named function, got {tool_choice!r}")
+        return f'{CALL_OPEN}\n{{"name": "'
+    name = (tool_choice.get("function") or {}).get("name") if isinstance(tool_choice, dict) else None
+    if not isinstance(name, str) or not name:
+        raise AgentRLError(
+            f"tool_choice must be auto, none, required or a named function, got {tool_choice!r}"
+        )
+    head = f'{CALL_OPEN}\n{{"name": {json.dumps(name)}, "arguments": '
+    spec = next((t["function"] for t in tools or [] if t.get("function", {}).get("name") == name), None)
+    if spec is None:
+        known = ", ".join(t.get("function", {}).get("name", "?") for t in tools or [])
+        raise AgentRLError(f"tool_choice names {name!r}, which is not among the tools ({known or 'none'})")
+    if (spec.get("parameters") or {}).get("properties"):
+        return head + '{"'
+    return head + f"{{}}}}\n{CALL_CLOSE}"
 
 
 def template_messages(

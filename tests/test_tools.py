@@ -66,15 +66,23 @@ def test_several_calls_in_one_turn_get_their_own_ids():
 
 
 def test_required_and_named_choices_force_the_call_opening():
-    assert forced_prefix("auto") == forced_prefix("none") == forced_prefix(None) == ""
-    assert forced_prefix("required") == "<tool_call>\n"
-    named = forced_prefix({"type": "function", "function": {"name": "calculate"}})
-    assert named == '<tool_call>\n{"name": "calculate", "arguments": '
+    tools = [spec.openai() for spec in Lookup().tools()] + [
+        {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}
+    ]
+    assert forced_prefix("auto", tools) == forced_prefix("none", tools) == forced_prefix(None) == ""
+    assert forced_prefix("required", tools) == '<tool_call>\n{"name": "'
+    named = forced_prefix({"type": "function", "function": {"name": "lookup"}}, tools)
+    assert named == '<tool_call>\n{"name": "lookup", "arguments": {"'
     # what a model appends after the forced opening parses as a call to the named tool
-    (call,) = parse_tool_calls(named + '{"expression": "1+2"}}\n</tool_call>').calls
-    assert (call.name, json.loads(call.arguments), call.error) == ("calculate", {"expression": "1+2"}, None)
+    (call,) = parse_tool_calls(named + 'key": "France"}}\n</tool_call>').calls
+    assert (call.name, json.loads(call.arguments), call.error) == ("lookup", {"key": "France"}, None)
+    # a tool without parameters is called whole
+    ping = forced_prefix({"type": "function", "function": {"name": "ping"}}, tools)
+    assert parse_tool_calls(ping).valid_calls[0].name == "ping"
     with pytest.raises(AgentRLError, match="tool_choice"):
-        forced_prefix("sometimes")
+        forced_prefix("sometimes", tools)
+    with pytest.raises(AgentRLError, match="not among the tools"):
+        forced_prefix({"type": "function", "function": {"name": "missing"}}, tools)
 
 
 # ---- declaring and calling tools ---------------------------------------------------------------

@@ -70,7 +70,7 @@ class PolicyClient:
         is sent as prompt tokens and is part of the action text. None/"auto": the model decides.
         """
         self.seed = seed
-        self.forced = forced_prefix(tool_choice)
+        self.tool_choice = tool_choice
         self.tokenizer = tokenizer if isinstance(tokenizer, ChatTokenizer) else ChatTokenizer(tokenizer)
         self.sampling = sampling or SamplingParams()
         self.max_retries, self.backoff, self.retry_for = max_retries, backoff, retry_for
@@ -141,7 +141,7 @@ class PolicyClient:
         if ledger is None:
             ledger = self._episodes[request.episode_id] = TokenLedger(self.tokenizer)
         messages = [dict(m) for m in request.messages]
-        forced = self.forced if request.tools else ""
+        forced = forced_prefix(self.tool_choice, request.tools) if request.tools else ""
         prompt = ledger.next_prompt(messages, tools=request.tools, forced=forced)
         params = self.sampling
         if self.seed is not None and request.seed is not None:

@@ -9,9 +9,10 @@ episodes and OpenAI clients see one format.
 `tool_choice`:
 - "auto" (default when tools are given): the model decides; calls in its output are parsed.
 - "none": the tools are still shown, nothing is parsed (the reply is plain content).
-- "required": the assistant turn is opened with the call tag, so the model must write a call.
-- {"type": "function", "function": {"name": N}}: the turn is opened with the call tag and the
-  name, so only the arguments are sampled.
+- "required": the assistant turn is opened with the call tag and `{"name": "`, so the model must
+  write a call and only picks the tool and its arguments.
+- {"type": "function", "function": {"name": N}}: the turn is opened with the call tag, the name
+  and the start of the arguments object, so only the arguments are sampled.
 The forced text is part of the prompt the engine receives (it was not sampled), and it is part of
 the reply that is parsed.
 """
@@ -133,15 +134,10 @@ def plan_chat(tokenizer: ChatTokenizer, body: Any) -> ChatPlan:
         )
     if choice != "none" and not tools:
         raise InvalidRequest(f"tool_choice {_describe(choice)} needs a non-empty tools list")
-    if isinstance(choice, dict):
-        wanted = choice["function"]["name"]
-        names = [t["function"]["name"] for t in tools or []]
-        if wanted not in names:
-            raise InvalidRequest(f"tool_choice names {wanted!r}, which is not in tools ({', '.join(names)})")
     try:
-        prefix = forced_prefix(choice)
+        prefix = forced_prefix(choice, tools)
         prompt = tokenizer.encode_chat(messages, add_generation_prompt=True, tools=tools or None)
-    except AgentRLError as exc:  # the chat template rejected the messages
+    except AgentRLError as exc:  # a tool_choice naming no given tool, or a template rejecting the messages
         raise InvalidRequest(str(exc)) from exc
     # Appended as its own tokens, so the prompt's template part tokenizes exactly as without it.
     prompt_ids = prompt + (tokenizer.encode(prefix) if prefix else [])
