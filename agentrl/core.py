@@ -172,6 +172,10 @@ class Env(gymnasium.Env[str, str]):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         return self._run_sync(self.astep(action))
 
+    def call_tool_sync(self, call: ToolCall) -> ToolResult:
+        """`call_tool` for synchronous loops (tests, scripts), like `step` is for `astep`."""
+        return self._run_sync(self.call_tool(call))
+
     def close(self) -> None:
         if self._sync_loop is not None:
             self._sync_loop.run_until_complete(self.aclose())

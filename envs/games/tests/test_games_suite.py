@@ -11,6 +11,7 @@ from agentrl_games import TextGame
 from gymnasium.utils.env_checker import check_env
 
 import agentrl
+from agentrl.tools import parse_tool_calls
 
 # Every id this distribution registers, read from its installed entry points, so a new entry
 # point is covered without editing this file.
@@ -61,7 +62,19 @@ def expert_episode(env: agentrl.Env, seed: int) -> tuple[list[str], list[float],
     observation, _ = env.reset(seed=seed)
     observations, rewards = [observation], []
     while True:
-        observation, reward, terminated, truncated, info = env.step(env.expert_action())
+        action = env.expert_action()
+        calls = parse_tool_calls(action).calls if env.tools() else []
+        if calls:  # a tool env's expert calls its tools, as the env manager would route them
+            result = env.call_tool_sync(calls[0])
+            observation, reward, terminated, truncated, info = (
+                result.content,
+                result.reward,
+                result.terminated,
+                result.truncated,
+                result.info,
+            )
+        else:
+            observation, reward, terminated, truncated, info = env.step(action)
         observations.append(observation)
         rewards.append(reward)
         if terminated or truncated:
