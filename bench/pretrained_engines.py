@@ -3,8 +3,9 @@
     python bench/pretrained_engines.py [--model DIR] [--sessions 1,16,64] [--tokens 32] [--turns 2]
         [--vllm-python /opt/agentrl-vllm/bin/python]
 
-Both engines run as `agentrl serve` child processes (this checkout's code; vLLM's from its own
-venv) and are driven over real HTTP on loopback through the token route `/v1/generate` with
+Both engines run as server child processes (this checkout's code: `agentrl serve` for the embedded
+engine, the same app over `VLLMEngine` in vLLM's own venv, with --vllm-memory of host RAM for
+its KV cache) and are driven over real HTTP on loopback through the token route `/v1/generate` with
 session ids, the way the training client drives them. For each engine:
 
 - start-up: seconds from spawning the server to its first healthy `/health`;
@@ -49,12 +50,27 @@ def checkpoint(path: str | None) -> Path:
     return Path(path) if path else cached_import()
 
 
+# vLLM through the same server app, with its CPU KV-cache share set: `agentrl serve --engine vllm`
+# reserves 30% of host RAM, which a machine shared with other jobs may not have free.
+VLLM_SERVER = (
+    "import sys, uvicorn; from pathlib import Path; "
+    "from agentrl.serving.vllm_engine import VLLMEngine; from agentrl.serving.server import create_app; "
+    "from agentrl.tokenizer import ChatTokenizer; model = Path(sys.argv[1]); "
+    "engine = VLLMEngine(model, max_model_len=2048, gpu_memory_utilization=float(sys.argv[3])); "
+    "uvicorn.run(create_app(engine, ChatTokenizer(model), model.name), host='127.0.0.1', "
+    "port=int(sys.argv[2]), log_level='warning')"
+)
+
+
 def start_server(
-    python: str, model: Path, engine: str, port: int, log: Path
+    python: str, model: Path, engine: str, port: int, log: Path, vllm_memory: float
 ) -> tuple[subprocess.Popen, float]:
-    """Spawn `agentrl serve` with this checkout first on the path; return it and its start-up time."""
-    command = [python, "-c", "from agentrl.cli import main; main()", "serve", str(model), "--port", str(port)]
-    command += ["--engine", engine] + (["--threads", str(os.cpu_count() or 1)] if engine == "torch" else [])
+    """Spawn a server with this checkout first on the path; return it and its start-up time."""
+    if engine == "vllm":
+        command = [python, "-c", VLLM_SERVER, str(model), str(port), str(vllm_memory)]
+    else:
+        command = [python, "-c", "from agentrl.cli import main; main()", "serve", str(model)]
+        command += ["--port", str(port), "--threads", str(os.cpu_count() or 1)]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
@@ -155,6 +171,9 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=2)
     parser.add_argument("--vllm-python", default="/opt/agentrl-vllm/bin/python")
     parser.add_argument("--engines", default="torch,vllm")
+    parser.add_argument(
+        "--vllm-memory", type=float, default=0.05, help="share of host RAM for vLLM's KV cache"
+    )
     parser.add_argument("--logs", default="/tmp/agentrl-bench-engines")
     args = parser.parse_args()
 
@@ -174,7 +193,7 @@ def main() -> None:
         python = sys.executable if engine == "torch" else args.vllm_python
         port = free_port()
         print(f"{engine}: starting", flush=True)
-        process, startup = start_server(python, model, engine, port, logs / f"{engine}.log")
+        process, startup = start_server(python, model, engine, port, logs / f"{engine}.log", args.vllm_memory)
         print(f"{engine}: ready in {startup:.1f}s", flush=True)
         try:
             results[engine] = (
