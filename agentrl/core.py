@@ -45,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import string
 from collections.abc import Coroutine
-from typing import Any, TypedDict, TypeVar
+from typing import Any, NotRequired, TypedDict, TypeVar
 
 import gymnasium
 import numpy as np
@@ -68,6 +68,9 @@ T = TypeVar("T")
 class ChatMessage(TypedDict):
     role: str
     content: str
+    tool_calls: NotRequired[list[dict[str, Any]]]  # an assistant turn's calls, OpenAI-shaped
+    tool_call_id: NotRequired[str]  # a `tool` message: the call it answers
+    name: NotRequired[str]  # a `tool` message: the tool's name
 
 
 class TextSpace(spaces.Text):
