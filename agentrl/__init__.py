@@ -16,6 +16,7 @@ from agentrl.errors import (
 )
 from agentrl.registry import EnvSpec, list_envs, make, register, spec
 from agentrl.rollout.protocol import Policy, PolicyInput, PolicyOutput
+from agentrl.tools import ToolCall, ToolError, ToolResult, ToolSpec, tool
 from agentrl.trajectory import StopReason, Trajectory, TrajectoryGroup, Turn
 
 __version__ = "0.1.0"
@@ -36,6 +37,10 @@ __all__ = [
     "SandboxError",
     "StopReason",
     "TextSpace",
+    "ToolCall",
+    "ToolError",
+    "ToolResult",
+    "ToolSpec",
     "Trajectory",
     "TrajectoryGroup",
     "Turn",
@@ -45,4 +50,5 @@ __all__ = [
     "make",
     "register",
     "spec",
+    "tool",
 ]

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.errors import AgentRLError
+from agentrl.errors import AgentRLError, InvalidArgumentError
 
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"
@@ -97,7 +97,7 @@ def tool(
 
     def mark(method: ToolMethod) -> ToolMethod:
         if not inspect.iscoroutinefunction(method):
-            raise TypeError(f"@tool needs an async method, {method.__qualname__} is not")
+            raise InvalidArgumentError(f"@tool needs an async method, {method.__qualname__} is not")
         doc = inspect.getdoc(method) or ""
         spec = ToolSpec(
             name=name or method.__name__,
@@ -129,7 +129,9 @@ def _schema_from_signature(method: Callable[..., Any]) -> dict[str, Any]:
         if pname == "self":
             continue
         if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
-            raise TypeError(f"@tool {method.__qualname__}: *args/**kwargs cannot be described as JSON schema")
+            raise InvalidArgumentError(
+                f"@tool {method.__qualname__}: *args/**kwargs cannot be described as JSON schema"
+            )
         properties[pname] = _json_type(hints.get(pname, str), method.__qualname__, pname)
         if param.default is inspect.Parameter.empty:
             required.append(pname)
@@ -147,7 +149,9 @@ def _json_type(hint: Any, where: str, pname: str) -> dict[str, Any]:
         options = [a for a in typing.get_args(hint) if a is not type(None)]
         if len(options) == 1:
             return _json_type(options[0], where, pname)
-    raise TypeError(f"@tool {where}: parameter {pname!r} has type {hint!r}; pass parameters= explicitly")
+    raise InvalidArgumentError(
+        f"@tool {where}: parameter {pname!r} has type {hint!r}; pass parameters= explicitly"
+    )
 
 
 # ---- validating arguments ----------------------------------------------------------------------
@@ -370,14 +374,16 @@ def forced_prefix(tool_choice: str | dict[str, Any] | None, tools: list[dict[str
         return f'{CALL_OPEN}\n{{"name": "'
     name = (tool_choice.get("function") or {}).get("name") if isinstance(tool_choice, dict) else None
     if not isinstance(name, str) or not name:
-        raise AgentRLError(
+        raise InvalidArgumentError(
             f"tool_choice must be auto, none, required or a named function, got {tool_choice!r}"
         )
     head = f'{CALL_OPEN}\n{{"name": {json.dumps(name)}, "arguments": '
     spec = next((t["function"] for t in tools or [] if t.get("function", {}).get("name") == name), None)
     if spec is None:
         known = ", ".join(t.get("function", {}).get("name", "?") for t in tools or [])
-        raise AgentRLError(f"tool_choice names {name!r}, which is not among the tools ({known or 'none'})")
+        raise InvalidArgumentError(
+            f"tool_choice names {name!r}, which is not among the tools ({known or 'none'})"
+        )
     if (spec.get("parameters") or {}).get("properties"):
         return head + '{"'
     return head + f"{{}}}}\n{CALL_CLOSE}"

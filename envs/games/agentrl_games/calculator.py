@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl import EnvSpec
+from agentrl import EnvSpec, InvalidArgumentError
 from agentrl.tools import ToolError, ToolResult, format_call, tool
 from agentrl_games.base import BadAnswer, Result, TextGame
 from agentrl_games.countdown import InvalidExpression, evaluate, parse_expression
@@ -42,7 +42,7 @@ class CalculatorEnv(TextGame[int]):
         self, *, num_terms: int = 3, digits: int = 4, max_tool_calls: int = 6, **kwargs: Any
     ) -> None:
         if not 2 <= num_terms <= 8 or not 1 <= digits <= 9:
-            raise ValueError(f"num_terms must be 2..8 and digits 1..9, got {num_terms}, {digits}")
+            raise InvalidArgumentError(f"num_terms must be 2..8 and digits 1..9, got {num_terms}, {digits}")
         self.num_terms, self.digits, self.max_tool_calls = int(num_terms), int(digits), int(max_tool_calls)
         super().__init__(**kwargs)
         self.expression, self.value, self.tool_calls = "", 0, 0
