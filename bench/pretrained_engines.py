@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -56,24 +58,28 @@ VLLM_SERVER = (
     "import sys, uvicorn; from pathlib import Path; "
     "from agentrl.serving.vllm_engine import VLLMEngine; from agentrl.serving.server import create_app; "
     "from agentrl.tokenizer import ChatTokenizer; model = Path(sys.argv[1]); "
-    "engine = VLLMEngine(model, max_model_len=2048, gpu_memory_utilization=float(sys.argv[3])); "
+    "engine = VLLMEngine(model, max_model_len=2048, gpu_memory_utilization=float(sys.argv[3]), "
+    "extra_engine_args={'enforce_eager': sys.argv[4] == 'eager'}); "
     "uvicorn.run(create_app(engine, ChatTokenizer(model), model.name), host='127.0.0.1', "
     "port=int(sys.argv[2]), log_level='warning')"
 )
 
 
 def start_server(
-    python: str, model: Path, engine: str, port: int, log: Path, vllm_memory: float
+    python: str, model: Path, engine: str, port: int, log: Path, vllm_memory: float, vllm_mode: str
 ) -> tuple[subprocess.Popen, float]:
     """Spawn a server with this checkout first on the path; return it and its start-up time."""
     if engine == "vllm":
-        command = [python, "-c", VLLM_SERVER, str(model), str(port), str(vllm_memory)]
+        command = [python, "-c", VLLM_SERVER, str(model), str(port), str(vllm_memory), vllm_mode]
     else:
         command = [python, "-c", "from agentrl.cli import main; main()", "serve", str(model)]
         command += ["--port", str(port), "--threads", str(os.cpu_count() or 1)]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
+    # a session of its own, so stopping it also stops vLLM's engine-core and worker processes
+    process = subprocess.Popen(
+        command, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
     while True:
         if process.poll() is not None:
             raise RuntimeError(f"{engine} server exited with {process.returncode}; see {log}")
@@ -83,9 +89,21 @@ def start_server(
         except httpx.HTTPError:
             pass
         if time.perf_counter() - started > 900:
-            process.kill()
+            stop(process)
             raise RuntimeError(f"{engine} server not ready after 900s; see {log}")
         time.sleep(0.5)
+
+
+def stop(process: subprocess.Popen) -> None:
+    """SIGTERM the server's whole process group, SIGKILL what is left after 30 s."""
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def prompt(tokenizer, i: int) -> list[int]:
@@ -193,7 +211,9 @@ def main() -> None:
         python = sys.executable if engine == "torch" else args.vllm_python
         port = free_port()
         print(f"{engine}: starting", flush=True)
-        process, startup = start_server(python, model, engine, port, logs / f"{engine}.log", args.vllm_memory)
+        process, startup = start_server(
+            python, model, engine, port, logs / f"{engine}.log", args.vllm_memory, args.vllm_mode
+        )
         print(f"{engine}: ready in {startup:.1f}s", flush=True)
         try:
             results[engine] = (
@@ -203,12 +223,7 @@ def main() -> None:
                 ),
             )
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
     print(f"\nload average {os.getloadavg()[0]:.1f} at end (the machine is shared: compare ratios)")
     print(
         "| engine | start-up s | "
