@@ -19,6 +19,7 @@ On both backends. What runs where (see reward_hacks.py for the corpus):
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 
 import pytest
@@ -42,6 +43,7 @@ from reward_hacks import (
 )
 
 from agentrl.sandbox import WarmPool, create_pool
+from agentrl.tools import ToolCall
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -157,8 +159,11 @@ async def test_tool_runs_see_nothing_of_the_hidden_tests(pool: WarmPool, tmp_pat
         + "print(' '.join(f'searched {name} {result}' for name, result in found))\n"
     )
     for _ in range(2):  # before and after a grading ran in this pool
-        observation, _, _, _, info = await env.astep(f"<python>\n{SEARCH}\n{calls}\n</python>")
-        assert info["tool_call"] and "exit code: 0" in observation, observation
+        result = await env.call_tool(
+            ToolCall("call_0", "run_python", json.dumps({"code": f"{SEARCH}\n{calls}"}))
+        )
+        observation = result.content
+        assert result.info["tool_runs"] >= 1 and "exit code: 0" in observation, observation
         assert observation.count("searched") == len(SEARCHERS) and LEAK_MARKER not in observation, observation
         graded = await _grade_many(pool, [("reference", MARKER_TASK_TESTS, MARKER_TASK_SOLUTION)] * pool.size)
         assert all(report.all_passed for report in graded)
