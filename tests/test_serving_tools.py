@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentrl.serving.engine_api import InvalidRequest
-from agentrl.serving.server import ChatBody
+from agentrl.serving.schemas import ChatBody
 from agentrl.serving.tools import plan_chat
 
 WEATHER = {
