@@ -103,7 +103,6 @@ async def test_429_carries_retry_after(ckpt, tokenizer):
     ("extra", "param"),
     [
         ({"response_format": {"type": "json_object"}}, "response_format.type"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ({"presence_penalty": 1.0}, "presence_penalty"),
         ({"frequency_penalty": -1.0}, "frequency_penalty"),
         ({"logit_bias": {"5": 10}}, "logit_bias"),
