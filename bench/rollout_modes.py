@@ -46,6 +46,7 @@ import argparse
 import asyncio
 import csv
 import itertools
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -100,6 +101,27 @@ RLVR = Workload(
     max_turns=1,
 )
 WORKLOADS = {w.name: w for w in (AGENTIC, AGENTIC_RARE, RLVR)}
+
+
+def _scale(dist: Distribution, factor: float) -> Distribution:
+    if isinstance(dist, LogNormal):
+        return replace(dist, median=dist.median * factor, cap=dist.cap * factor)
+    if isinstance(dist, Constant):
+        return Constant(max(1.0, dist.value * factor))
+    raise TypeError(f"cannot scale {dist!r}")
+
+
+def scale_tokens(workload: Workload, factor: float) -> Workload:
+    """The same workload with every token count times `factor` (for a small model's context)."""
+    if factor == 1:
+        return workload
+    return replace(
+        workload,
+        response_tokens=_scale(workload.response_tokens, factor),
+        prompt_tokens=_scale(workload.prompt_tokens, factor),
+        observation_tokens=_scale(workload.observation_tokens, factor),
+        max_tokens=max(1, int(workload.max_tokens * factor)),
+    )
 
 
 @dataclass(frozen=True)
@@ -347,6 +369,7 @@ def plot(out: Path, sweep: dict[str, list[Result]], staleness: dict[str, list[Re
 
 
 def main() -> None:
+    sys.stdout.reconfigure(line_buffering=True)  # tables appear as each finishes, also in a log file
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -356,6 +379,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run")
     parser.add_argument("--envs", type=int, default=256, help="envs (= samples per step) of the mode tables")
     parser.add_argument("--sweep", default="64,256,1024,4096,8192", help="env counts of the throughput plot")
+    parser.add_argument(
+        "--token-scale", type=float, default=1.0, help="scale every token count (0.1 fits the CPU tiny model)"
+    )
     args = parser.parse_args()
 
     engine_profile = LatencyProfile.load(args.profile)
@@ -378,8 +404,9 @@ def main() -> None:
     else:
         steps = args.steps or 6
         plan = {name: modes_for(w, (1, 2, 4)) for name, w in WORKLOADS.items()}
+    workloads = {name: scale_tokens(w, args.token_scale) for name, w in WORKLOADS.items()}
     for name, modes in plan.items():
-        results = [simulate(WORKLOADS[name], m, args.envs, steps, engine_profile, trainer) for m in modes]
+        results = [simulate(workloads[name], m, args.envs, steps, engine_profile, trainer) for m in modes]
         tables[name] = results
         print_table(name, results)
         rows += [row(r, results[0]) for r in results]
@@ -391,7 +418,7 @@ def main() -> None:
         sweep_steps = 3
         for label, mode in (("(a) sync", SYNC), ("(e) env-async +async-train-2", Mode("e", max_staleness=2))):
             sweep[f"agentic {label}"] = [
-                simulate(AGENTIC, mode, n, sweep_steps, engine_profile, trainer) for n in sizes
+                simulate(workloads["agentic"], mode, n, sweep_steps, engine_profile, trainer) for n in sizes
             ]
         print("\n== agentic throughput vs envs (MODELLED, 3 steps each)")
         for label, results in sweep.items():

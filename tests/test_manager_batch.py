@@ -108,3 +108,27 @@ def test_batch_mode_settings_are_checked():
         EnvManager(Paced, logging_policy, rollout="batch", batch_groups=9, group_size=8, max_concurrency=64)
     with pytest.raises(ValueError, match="batch_groups"):
         EnvManager(Paced, logging_policy, rollout="batch", batch_groups=0)
+
+
+async def test_a_source_that_holds_tasks_back_gets_a_smaller_batch_not_a_deadlock():
+    # Like a staleness buffer that admits replacements only once earlier groups came out: three
+    # tasks at once, then two more only after the consumer has seen a group.
+    released = asyncio.Event()
+
+    async def source():
+        for seed in (0, 1, 2):
+            yield seed
+        await released.wait()
+        for seed in (3, 4):
+            yield seed
+
+    manager = EnvManager(Paced, logging_policy, rollout="batch", batch_groups=4, max_concurrency=8)
+    seen = []
+    async with asyncio.timeout(5):
+        async for group in manager.stream(source()):
+            seen.append(group.seed)
+            released.set()
+    assert sorted(seen) == [0, 1, 2, 3, 4]
+    # the first batch was the three ready tasks; the later two ran as a batch of their own
+    first_batch_end = max(t for kind, s, _, t in Paced.log if kind == "step" and s < 3)
+    assert min(t for kind, s, _, t in Paced.log if kind == "act" and s >= 3) > first_batch_end

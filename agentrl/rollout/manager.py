@@ -340,25 +340,44 @@ class EnvManager:
             run.out.put_nowait(_END)
 
     async def _feed_batches(self, run: _Run, source: Any, is_async: bool, slots: asyncio.Semaphore) -> None:
-        """rollout="batch": pull `batch_groups` tasks, play them in lockstep, wait for all to end."""
-        while True:
-            tasks: list[Task] = []
-            for _ in range(self.batch_groups):
-                try:
-                    tasks.append(_as_task(await anext(source) if is_async else next(source)))
-                except (StopAsyncIteration, StopIteration):
-                    break
-            if not tasks:
-                return
-            for _ in range(len(tasks) * self.width):
-                await slots.acquire()
-            barrier = _TurnBarrier(len(tasks) * self.width)
-            done, left = asyncio.Event(), [len(tasks) * self.width]
-            for task in tasks:
-                self._launch_group(run, task, slots, barrier=barrier, batch_done=done, batch_left=left)
-            await done.wait()
-            if len(tasks) < self.batch_groups:
-                return
+        """rollout="batch": take up to `batch_groups` tasks, play them in lockstep, wait for all to end.
+
+        A batch is the tasks the source has ready: the first is awaited, the rest are taken only
+        while the source yields without waiting. A source that holds tasks back until groups come
+        out (a staleness buffer replacing groups it dropped) thus gets a smaller batch instead of
+        a deadlock; the task it was about to yield starts the next batch.
+        """
+        pending: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                tasks: list[Task] = []
+                while len(tasks) < self.batch_groups:
+                    if not is_async:
+                        item = next(source, _END)
+                    else:
+                        if pending is None:
+                            pending = asyncio.ensure_future(anext(source, _END))
+                        if tasks and not pending.done():
+                            await asyncio.sleep(0)  # let the source run up to its next wait
+                            if not pending.done():
+                                break  # it would wait: play the batch we have
+                        item = await pending
+                        pending = None
+                    if item is _END:
+                        break
+                    tasks.append(_as_task(item))
+                if not tasks:
+                    return
+                for _ in range(len(tasks) * self.width):
+                    await slots.acquire()
+                barrier = _TurnBarrier(len(tasks) * self.width)
+                done, left = asyncio.Event(), [len(tasks) * self.width]
+                for task in tasks:
+                    self._launch_group(run, task, slots, barrier=barrier, batch_done=done, batch_left=left)
+                await done.wait()
+        finally:
+            if pending is not None:
+                pending.cancel()
 
     def _launch_group(
         self,
