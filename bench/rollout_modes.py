@@ -378,7 +378,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/rollout_modes"))
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run")
     parser.add_argument("--envs", type=int, default=256, help="envs (= samples per step) of the mode tables")
-    parser.add_argument("--sweep", default="64,256,1024,4096,8192", help="env counts of the throughput plot")
+    parser.add_argument(
+        "--sweep", default="64,256,1024,4096,8192", help="env counts of the throughput plot ('' = none)"
+    )
     parser.add_argument(
         "--token-scale", type=float, default=1.0, help="scale every token count (0.1 fits the CPU tiny model)"
     )
@@ -413,7 +415,7 @@ def main() -> None:
 
     sweep: dict[str, list[Result]] = {}
     staleness: dict[str, list[Result]] = {}
-    if not args.quick:
+    if not args.quick and args.sweep:
         sizes = [int(n) for n in args.sweep.split(",")]
         sweep_steps = 3
         for label, mode in (("(a) sync", SYNC), ("(e) env-async +async-train-2", Mode("e", max_staleness=2))):
