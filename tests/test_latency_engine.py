@@ -199,3 +199,22 @@ async def test_served_over_http_the_client_and_manager_run_unchanged(tokenizer):
     assert len(trajectories) == 6 and all(len(t.turns) == 3 for t in trajectories)
     assert all(len(turn.action_token_ids) == 6 for t in trajectories for turn in t.turns)
     assert metrics["engine"]["finished"] == 18 and metrics["engine"]["busy_s"] > 0
+
+
+def test_a_cancelled_request_leaves_the_batch_and_frees_its_context():
+    async def main():
+        e = engine(length=100)
+        await e.start()
+        keep = asyncio.create_task(e.generate([1] * 20, SamplingParams(max_tokens=128)))
+        drop = asyncio.create_task(e.generate([1] * 20, SamplingParams(max_tokens=128)))
+        await asyncio.sleep(0.002)  # both are being prefilled
+        drop.cancel()
+        result = await keep
+        await asyncio.sleep(0)
+        resident, running = e._resident, e.running
+        await e.stop()
+        return result, resident, running, e.stats
+
+    result, resident, running, stats = run_virtual(main())
+    assert len(result.token_ids) == 100 and stats.finished == 1
+    assert resident == 0 and running == 0

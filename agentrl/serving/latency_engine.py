@@ -120,6 +120,7 @@ class _Request:
     generated: int = 0
     uncached: int = 0  # tokens to prefill before the next decode step
     cached_prompt: int = 0
+    cancelled: bool = False
     version_marks: list[tuple[int, int]] = field(default_factory=list)  # (generated, version) changes
 
     @property
@@ -290,6 +291,7 @@ class LatencyEngine:
             self._session_total -= len(old)
 
     def _cancel(self, req: _Request) -> None:
+        req.cancelled = True
         if req in self._queue:
             self._queue.remove(req)
         elif req in self._running:
@@ -369,6 +371,7 @@ class LatencyEngine:
                 tokens = sum(r.uncached for r in fresh)
                 await self._busy(self.profile.prefill_s(tokens))
                 self.stats.prefilled_tokens += tokens
+                fresh = [r for r in fresh if not r.cancelled]  # a caller may have left meanwhile
                 for r in fresh:
                     r.uncached = 0
                 self._advance(fresh, 1)  # prefill samples each request's next token
