@@ -384,6 +384,10 @@ def main() -> None:
     parser.add_argument(
         "--token-scale", type=float, default=1.0, help="scale every token count (0.1 fits the CPU tiny model)"
     )
+    parser.add_argument("--tables", default="agentic,agentic-rare,rlvr", help="workloads of the mode tables")
+    parser.add_argument(
+        "--sweep-steps", type=int, default=3, help="optimizer steps per point of the env sweep"
+    )
     args = parser.parse_args()
 
     engine_profile = LatencyProfile.load(args.profile)
@@ -393,6 +397,12 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     tables: dict[str, list[Result]] = {}
+
+    def save() -> None:  # after every table and sweep point, so a long run's figures are never lost
+        with (args.out / "results.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=FIELDS)
+            writer.writeheader()
+            writer.writerows(rows)
 
     if args.quick:
         steps = args.steps or 4
@@ -405,43 +415,54 @@ def main() -> None:
         }
     else:
         steps = args.steps or 6
-        plan = {name: modes_for(w, (1, 2, 4)) for name, w in WORKLOADS.items()}
+        names = [n for n in args.tables.split(",") if n]
+        plan = {name: modes_for(WORKLOADS[name], (1, 2, 4)) for name in names}
     workloads = {name: scale_tokens(w, args.token_scale) for name, w in WORKLOADS.items()}
     for name, modes in plan.items():
         results = [simulate(workloads[name], m, args.envs, steps, engine_profile, trainer) for m in modes]
         tables[name] = results
         print_table(name, results)
-        rows += [row(r, results[0]) for r in results]
+        rows.extend(row(r, results[0]) for r in results)
+        save()
 
     sweep: dict[str, list[Result]] = {}
-    staleness: dict[str, list[Result]] = {}
     if not args.quick and args.sweep:
         sizes = [int(n) for n in args.sweep.split(",")]
-        sweep_steps = 3
-        for label, mode in (("(a) sync", SYNC), ("(e) env-async +async-train-2", Mode("e", max_staleness=2))):
-            sweep[f"agentic {label}"] = [
-                simulate(workloads["agentic"], mode, n, sweep_steps, engine_profile, trainer) for n in sizes
-            ]
-        print("\n== agentic throughput vs envs (MODELLED, 3 steps each)")
-        for label, results in sweep.items():
-            print(
-                f"{label:<40} "
-                + "  ".join(f"{r.envs}: {r.traj_per_s:.2f}/s ({r.engine_busy:.0%})" for r in results)
-            )
-            rows += [row(r, None) for r in results]
-        for name in ("agentic", "rlvr"):
-            by_k = [
+        print(f"\n== agentic throughput vs envs (MODELLED, {args.sweep_steps} steps each)")
+        for label, mode in (
+            ("(a) sync", SYNC),
+            ("(e) env-async +async-train-2", replace(SYNC, label="(e)", rollout="async", max_staleness=2)),
+        ):
+            points = sweep.setdefault(f"agentic {label}", [])
+            for n in sizes:
+                r = simulate(
+                    workloads["agentic"],
+                    replace(mode, label=label),
+                    n,
+                    args.sweep_steps,
+                    engine_profile,
+                    trainer,
+                )
+                points.append(r)
+                print(
+                    f"{label:<30} {n:>5} envs: {r.traj_per_s:8.2f} traj/s, engine busy {r.engine_busy:.0%}, "
+                    f"{r.util:.0%} of the never-idle bound ({r.wall_s:.0f}s to simulate)"
+                )
+                rows.append(row(r, None))
+                save()
+    staleness = {
+        name: sorted(
+            (
                 r
-                for r in tables[name]
+                for r in results
                 if r.mode.redundancy == 0 and not r.mode.tail_batching and r.mode.rollout == "async"
-            ]
-            staleness[name] = sorted(by_k, key=lambda r: r.mode.max_staleness)
-
-    with (args.out / "results.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
-    paths = plot(args.out, sweep, staleness)
+            ),
+            key=lambda r: r.mode.max_staleness,
+        )
+        for name, results in tables.items()
+        if name in ("agentic", "rlvr")
+    }
+    paths = plot(args.out, sweep, {k: v for k, v in staleness.items() if len(v) > 1})
     print(f"\nwrote {args.out / 'results.csv'} {' '.join(map(str, paths))}")
 
     def headline(name: str) -> tuple[float, float]:
@@ -453,13 +474,14 @@ def main() -> None:
         )
         return best.traj_per_s / results[0].traj_per_s, best.util
 
-    agentic, agentic_util = headline("agentic")
-    rlvr, rlvr_util = headline("rlvr")
-    print(
-        f"MODELLED: agentic env-async+async-train-2 {agentic:.2f}x sync "
-        f"({agentic_util:.0%} of never-idle bound; paper 2.72x); RLVR queue+async-train-2 {rlvr:.2f}x sync "
-        f"({rlvr_util:.0%}; paper 2.24x)"
-    )
+    if "agentic" in tables and "rlvr" in tables:
+        agentic, agentic_util = headline("agentic")
+        rlvr, rlvr_util = headline("rlvr")
+        print(
+            f"MODELLED: agentic env-async+async-train-2 {agentic:.2f}x sync ({agentic_util:.0%} of "
+            f"never-idle bound; paper 2.72x); RLVR queue+async-train-2 {rlvr:.2f}x sync "
+            f"({rlvr_util:.0%}; paper 2.24x)"
+        )
 
 
 if __name__ == "__main__":
