@@ -429,10 +429,13 @@ def main() -> None:
     if not args.quick and args.sweep:
         sizes = [int(n) for n in args.sweep.split(",")]
         print(f"\n== agentic throughput vs envs (MODELLED, {args.sweep_steps} steps each)")
-        for label, mode in (
-            ("(a) sync", SYNC),
-            ("(e) env-async +async-train-2", replace(SYNC, label="(e)", rollout="async", max_staleness=2)),
-        ):
+        sweep_modes = {
+            "a": ("(a) sync", SYNC),
+            "b": ("(b) env-async", replace(SYNC, rollout="async")),
+            "e": ("(e) env-async +async-train-2", replace(SYNC, rollout="async", max_staleness=2)),
+        }
+        for key in args.sweep_modes.split(","):
+            label, mode = sweep_modes[key]
             points = sweep.setdefault(f"agentic {label}", [])
             for n in sizes:
                 r = simulate(
