@@ -388,6 +388,7 @@ def main() -> None:
     parser.add_argument(
         "--sweep-steps", type=int, default=3, help="optimizer steps per point of the env sweep"
     )
+    parser.add_argument("--sweep-modes", default="a,e", help="modes of the env sweep: a, b and/or e")
     args = parser.parse_args()
 
     engine_profile = LatencyProfile.load(args.profile)
