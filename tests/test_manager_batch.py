@@ -9,6 +9,7 @@ from typing import ClassVar
 import pytest
 
 from agentrl import Env, PolicyInput, StopReason
+from agentrl.errors import InvalidArgumentError
 from agentrl.rollout.manager import EnvManager
 
 
@@ -102,11 +103,11 @@ async def test_redundant_episodes_cancelled_in_a_batch_do_not_hold_the_barrier()
 
 
 def test_batch_mode_settings_are_checked():
-    with pytest.raises(ValueError, match="rollout must be one of"):
+    with pytest.raises(InvalidArgumentError, match="rollout must be one of"):
         EnvManager(Paced, logging_policy, rollout="lockstep")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="max_concurrency"):
+    with pytest.raises(InvalidArgumentError, match="max_concurrency"):
         EnvManager(Paced, logging_policy, rollout="batch", batch_groups=9, group_size=8, max_concurrency=64)
-    with pytest.raises(ValueError, match="batch_groups"):
+    with pytest.raises(InvalidArgumentError, match="batch_groups"):
         EnvManager(Paced, logging_policy, rollout="batch", batch_groups=0)
 
 

@@ -210,11 +210,11 @@ class EnvManager:
         batch_groups: int = 1,
     ) -> None:
         if rollout not in ROLLOUT_MODES:
-            raise ValueError(f"rollout must be one of {ROLLOUT_MODES}, got {rollout!r}")
+            raise InvalidArgumentError(f"rollout must be one of {ROLLOUT_MODES}, got {rollout!r}")
         if batch_groups < 1:
-            raise ValueError(f"batch_groups must be >= 1, got {batch_groups}")
+            raise InvalidArgumentError(f"batch_groups must be >= 1, got {batch_groups}")
         if rollout == "batch" and batch_groups * (group_size + redundancy) > max_concurrency:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"rollout='batch' runs batch_groups * (group_size + redundancy) = "
                 f"{batch_groups * (group_size + redundancy)} episodes at once, more than "
                 f"max_concurrency ({max_concurrency})"
@@ -352,6 +352,7 @@ class EnvManager:
             while True:
                 tasks: list[Task] = []
                 while len(tasks) < self.batch_groups:
+                    item: Any
                     if not is_async:
                         item = next(source, _END)
                     else:

@@ -36,7 +36,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from agentrl.errors import ConfigError, PolicyError
+from agentrl.errors import ConfigError, InvalidArgumentError, PolicyError
 from agentrl.generation import GenerationResult, SamplingParams
 from agentrl.serving.engine_api import EngineOverloaded, InvalidRequest
 from agentrl.sim.distributions import Distribution, sample_int
@@ -145,7 +145,7 @@ class LatencyEngine:
         version: int = 0,
     ) -> None:
         if not token_pool:
-            raise ValueError("token_pool must not be empty")
+            raise InvalidArgumentError("token_pool must not be empty")
         self.profile = profile
         self.response_tokens = response_tokens
         self.eos_token_id = eos_token_id
