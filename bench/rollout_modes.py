@@ -325,44 +325,60 @@ def print_table(title: str, results: list[Result]) -> None:
         )
 
 
-def plot(out: Path, sweep: dict[str, list[Result]], staleness: dict[str, list[Result]]) -> list[Path]:
+def plot(out: Path, rows: list[dict[str, Any]]) -> list[Path]:
+    """Throughput vs envs (the sweep's rows) and vs max_staleness (the agentic and RLVR tables'
+    async rows without redundancy or tail batching), from result rows (or a results.csv)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    def curves(selected: list[dict[str, Any]], x: str) -> dict[str, list[tuple[float, float]]]:
+        out: dict[str, list[tuple[float, float]]] = {}
+        for r in selected:
+            label = f"{r['workload']} {r['mode']}" if x == "envs" else str(r["workload"])
+            out.setdefault(label, []).append((float(r[x]), float(r["traj_per_s"])))
+        return {k: sorted(v) for k, v in out.items() if len(v) > 1}
+
+    sweep = curves([r for r in rows if r["ratio_vs_a"] == ""], "envs")
+    staleness = curves(
+        [
+            r
+            for r in rows
+            if r["ratio_vs_a"] != ""
+            and r["workload"] in ("agentic", "rlvr")
+            and str(r["mode"]).startswith(("(b)", "(d)", "(e)"))
+            and int(r["redundancy"]) == 0
+            and str(r["tail_batching"]) in ("False", "false")
+        ],
+        "max_staleness",
+    )
     paths = []
-    if sweep:
+    for name, data, xlabel, title, log in (
+        ("throughput_vs_envs.png", sweep, "envs (= samples per step)", "throughput vs envs", True),
+        (
+            "throughput_vs_staleness.png",
+            staleness,
+            "max_staleness (0 = sync training)",
+            "vs max_staleness",
+            False,
+        ),
+    ):
+        if not data:
+            continue
         fig, ax = plt.subplots(figsize=(7, 4.2))
-        for label, results in sweep.items():
-            ax.plot([r.envs for r in results], [r.traj_per_s for r in results], marker="o", label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("envs (= samples per step)")
+        for label, points in data.items():
+            ax.plot(*zip(*points, strict=True), marker="o", label=label)
+        if log:
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
         ax.set_ylabel("trajectories trained / s")
-        ax.set_title("throughput vs envs (MODELLED engine, envs and trainer)")
+        ax.set_title(f"{title} (MODELLED engine, envs and trainer)")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
         fig.tight_layout()
-        paths.append(out / "throughput_vs_envs.png")
-        fig.savefig(paths[-1], dpi=100)
-        plt.close(fig)
-    if staleness:
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        for label, results in staleness.items():
-            ax.plot(
-                [r.mode.max_staleness for r in results],
-                [r.traj_per_s for r in results],
-                marker="o",
-                label=label,
-            )
-        ax.set_xlabel("max_staleness (0 = sync training)")
-        ax.set_ylabel("trajectories trained / s")
-        ax.set_title("throughput vs max_staleness (MODELLED)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        paths.append(out / "throughput_vs_staleness.png")
+        paths.append(out / name)
         fig.savefig(paths[-1], dpi=100)
         plt.close(fig)
     return paths
@@ -389,7 +405,13 @@ def main() -> None:
         "--sweep-steps", type=int, default=3, help="optimizer steps per point of the env sweep"
     )
     parser.add_argument("--sweep-modes", default="a,e", help="modes of the env sweep: a, b and/or e")
+    parser.add_argument("--replot", nargs="+", type=Path, help="only redraw the plots from these results.csv")
     args = parser.parse_args()
+    if args.replot:
+        rows_in = [r for path in args.replot for r in csv.DictReader(path.open())]
+        args.out.mkdir(parents=True, exist_ok=True)
+        print(" ".join(map(str, plot(args.out, rows_in))))
+        return
 
     engine_profile = LatencyProfile.load(args.profile)
     trainer = TrainerProfile.load(args.profile)
@@ -426,7 +448,6 @@ def main() -> None:
         rows.extend(row(r, results[0]) for r in results)
         save()
 
-    sweep: dict[str, list[Result]] = {}
     if not args.quick and args.sweep:
         sizes = [int(n) for n in args.sweep.split(",")]
         print(f"\n== agentic throughput vs envs (MODELLED, {args.sweep_steps} steps each)")
@@ -437,7 +458,6 @@ def main() -> None:
         }
         for key in args.sweep_modes.split(","):
             label, mode = sweep_modes[key]
-            points = sweep.setdefault(f"agentic {label}", [])
             for n in sizes:
                 r = simulate(
                     workloads["agentic"],
@@ -447,26 +467,13 @@ def main() -> None:
                     engine_profile,
                     trainer,
                 )
-                points.append(r)
                 print(
                     f"{label:<30} {n:>5} envs: {r.traj_per_s:8.2f} traj/s, engine busy {r.engine_busy:.0%}, "
                     f"{r.util:.0%} of the never-idle bound ({r.wall_s:.0f}s to simulate)"
                 )
                 rows.append(row(r, None))
                 save()
-    staleness = {
-        name: sorted(
-            (
-                r
-                for r in results
-                if r.mode.redundancy == 0 and not r.mode.tail_batching and r.mode.rollout == "async"
-            ),
-            key=lambda r: r.mode.max_staleness,
-        )
-        for name, results in tables.items()
-        if name in ("agentic", "rlvr")
-    }
-    paths = plot(args.out, sweep, {k: v for k, v in staleness.items() if len(v) > 1})
+    paths = plot(args.out, rows)
     print(f"\nwrote {args.out / 'results.csv'} {' '.join(map(str, paths))}")
 
     def headline(name: str) -> tuple[float, float]:

@@ -354,8 +354,8 @@ class LatencyEngine:
         return loop.time() - started
 
     async def _busy(self, seconds: float) -> None:
-        self.stats.busy_s += seconds
         await asyncio.sleep(seconds)
+        self.stats.busy_s += seconds
 
     async def _run(self) -> None:
         while True:
