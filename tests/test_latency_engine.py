@@ -218,3 +218,26 @@ def test_a_cancelled_request_leaves_the_batch_and_frees_its_context():
     result, resident, running, stats = run_virtual(main())
     assert len(result.token_ids) == 100 and stats.finished == 1
     assert resident == 0 and running == 0
+
+
+def test_with_chunked_prefill_a_new_request_does_not_stall_the_running_batch():
+    chunked = LatencyProfile(**{**PROFILE.to_dict(), "chunked_prefill": True})
+
+    async def main(profile):
+        e = engine(profile, length=30)
+        await e.start()
+        loop = asyncio.get_running_loop()
+        first = asyncio.create_task(e.generate([1] * 10, SamplingParams(max_tokens=64)))
+        await asyncio.sleep(0.05)
+        second = asyncio.create_task(e.generate([1] * 200, SamplingParams(max_tokens=64)))
+        await first
+        first_done = loop.time()
+        await second
+        await e.stop()
+        return first_done, e.stats
+
+    (separate_done, separate), (riding_done, riding) = run_virtual(main(PROFILE)), run_virtual(main(chunked))
+    assert separate.generated_tokens == riding.generated_tokens == 60
+    # the running request keeps decoding during the newcomer's prefill instead of waiting for it
+    assert riding_done < separate_done
+    assert riding.prefilled_tokens == separate.prefilled_tokens == 210

@@ -7,6 +7,7 @@ each step *waits* the time the profile gives instead of computing:
 
     decode step:  decode_base_s + decode_per_seq_s * batch + decode_per_ctx_token_s * sum(context)
     prefill:      prefill_base_s + prefill_per_token_s * new_tokens
+                  (with chunked_prefill: prefill_per_token_s * new_tokens added to a decode step)
     KV capacity:  kv_capacity_tokens of context resident at once (more waits in the queue; a
                   batch that outgrows it preempts its newest request, which later recomputes)
     weight sync:  weight_sync_s between two steps, every running request kept ("keep" policy)
@@ -57,6 +58,7 @@ class LatencyProfile:
     max_batch: int
     max_len: int = 32768
     weight_sync_s: float = 0.0
+    chunked_prefill: bool = False  # new requests' prefill rides on a decode step (vLLM) or not (TorchEngine)
     notes: str = ""
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
@@ -368,17 +370,35 @@ class LatencyEngine:
                 continue
             fresh = [r for r in self._running if r.uncached > 0]
             if fresh:
-                tokens = sum(r.uncached for r in fresh)
-                await self._busy(self.profile.prefill_s(tokens))
-                self.stats.prefilled_tokens += tokens
-                fresh = [r for r in fresh if not r.cancelled]  # a caller may have left meanwhile
-                for r in fresh:
-                    r.uncached = 0
-                self._advance(fresh, 1)  # prefill samples each request's next token
-                self.stats.steps += 1
-                self._retire()
+                await self._prefill(fresh)
                 continue
             await self._decode()
+
+    async def _prefill(self, fresh: list[_Request]) -> None:
+        """Encode the new tokens of `fresh` and sample their next token. With `chunked_prefill`
+        (vLLM's default) the same step also decodes every other running request, and costs a
+        decode step plus the per-token prefill time; otherwise it is a step of its own."""
+        tokens = sum(r.uncached for r in fresh)
+        others = [r for r in self._running if r.uncached == 0] if self.profile.chunked_prefill else []
+        if others:
+            context = sum(r.context for r in others)
+            seconds = (
+                self.profile.decode_step_s(len(others), context) + self.profile.prefill_per_token_s * tokens
+            )
+        else:
+            seconds = self.profile.prefill_s(tokens)
+        await self._busy(seconds)
+        self.stats.prefilled_tokens += tokens
+        fresh = [r for r in fresh if not r.cancelled]  # a caller may have left meanwhile
+        for r in fresh:
+            r.uncached = 0
+        others = [r for r in others if not r.cancelled]
+        if others:
+            self.stats.decode_tokens += len(others)
+            self.stats.decode_context_tokens += sum(r.context for r in others)
+        self._advance(fresh + others, 1)  # every request in the step samples its next token
+        self.stats.steps += 1
+        self._retire()
 
     async def _apply_updates(self) -> None:
         seconds = self.profile.weight_sync_s
