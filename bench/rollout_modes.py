@@ -31,9 +31,11 @@ Modes (rows), every one a full loop of `--steps` optimizer steps at equal sample
   (f) tail-batching  RLVR, queue + async training k=2, buffer tail batching on vs off
 
 Columns: trajectories trained per second (= steps/hour x samples per step / 3600), the engine's
-busy fraction, the never-idle bound (the run's engine work done back to back at the largest
-batch the profile allows: prefill tokens x prefill cost + decode tokens / saturated decode
-tokens per second), throughput as a share of that bound, and the ratio to (a).
+busy fraction, the never-idle bound in trajectories/s (finished episodes over the run's engine
+work done back to back at the largest batch the profile allows: prefill tokens x prefill cost +
+decode tokens / saturated decode tokens per second), the engine's utilisation against that
+bound (that work over the elapsed time: 100% = never idle and always a full batch), and the
+ratio to (a).
 
 Writes OUT/results.csv, OUT/throughput_vs_envs.png and OUT/throughput_vs_staleness.png.
 `--quick` runs the headline rows only at 256 envs (under two minutes) and prints the agentic and
@@ -166,6 +168,7 @@ class Result:
     engine_busy: float
     trainer_busy: float
     ideal_traj_per_s: float
+    engine_work_s: float  # the run's engine work at the largest batch the profile allows
     wall_s: float
 
     @property
@@ -178,7 +181,8 @@ class Result:
 
     @property
     def util(self) -> float:
-        return self.traj_per_s / self.ideal_traj_per_s
+        """Engine time used at full-batch efficiency over elapsed time: 1.0 = never idle, full batches."""
+        return self.engine_work_s / self.seconds
 
 
 async def run_loop(
@@ -262,6 +266,7 @@ async def run_loop(
         engine_busy=stats.busy_s / seconds,
         trainer_busy=learner.busy_s / seconds,
         ideal_traj_per_s=finished / max(engine_work, 1e-9),
+        engine_work_s=engine_work,
         wall_s=time.perf_counter() - wall,
     )
 
@@ -284,7 +289,7 @@ FIELDS = [
     "engine_busy_frac",
     "trainer_busy_frac",
     "ideal_traj_per_s",
-    "share_of_ideal",
+    "engine_util",
     "ratio_vs_a",
     "wall_s",
 ]
@@ -306,7 +311,7 @@ def row(result: Result, baseline: Result | None) -> dict[str, Any]:
         "engine_busy_frac": round(result.engine_busy, 3),
         "trainer_busy_frac": round(result.trainer_busy, 3),
         "ideal_traj_per_s": round(result.ideal_traj_per_s, 3),
-        "share_of_ideal": round(result.util, 3),
+        "engine_util": round(result.util, 3),
         "ratio_vs_a": round(result.traj_per_s / baseline.traj_per_s, 3) if baseline else "",
         "wall_s": round(result.wall_s, 1),
     }
@@ -315,7 +320,7 @@ def row(result: Result, baseline: Result | None) -> dict[str, Any]:
 def print_table(title: str, results: list[Result]) -> None:
     baseline = results[0]
     print(f"\n== {title} (MODELLED: {results[0].envs} envs = samples per step, {results[0].steps} steps)")
-    head = ("traj/s", "steps/h", "engine", "trainer", "ideal", "of ideal", "vs (a)")
+    head = ("traj/s", "steps/h", "busy", "trainer", "bound", "util", "vs (a)")
     print(f"{'mode':<44} " + " ".join(f"{h:>8}" for h in head))
     for r in results:
         print(
@@ -469,7 +474,7 @@ def main() -> None:
                 )
                 print(
                     f"{label:<30} {n:>5} envs: {r.traj_per_s:8.2f} traj/s, engine busy {r.engine_busy:.0%}, "
-                    f"{r.util:.0%} of the never-idle bound ({r.wall_s:.0f}s to simulate)"
+                    f"utilisation {r.util:.0%} of the never-idle bound ({r.wall_s:.0f}s to simulate)"
                 )
                 rows.append(row(r, None))
                 save()
@@ -489,9 +494,9 @@ def main() -> None:
         agentic, agentic_util = headline("agentic")
         rlvr, rlvr_util = headline("rlvr")
         print(
-            f"MODELLED: agentic env-async+async-train-2 {agentic:.2f}x sync ({agentic_util:.0%} of "
-            f"never-idle bound; paper 2.72x); RLVR queue+async-train-2 {rlvr:.2f}x sync "
-            f"({rlvr_util:.0%}; paper 2.24x)"
+            f"MODELLED: agentic env-async+async-train-2 {agentic:.2f}x sync (engine at "
+            f"{agentic_util:.0%} of the never-idle bound; paper 2.72x); RLVR queue+async-train-2 "
+            f"{rlvr:.2f}x sync ({rlvr_util:.0%}; paper 2.24x)"
         )
 
 
