@@ -194,6 +194,10 @@ class TrainConfig(_Section):
                 f"schedule.eval_seed_offset ({s.eval_seed_offset}) must exceed the training seeds "
                 f"(up to about {last_train_seed}) so evaluation uses held-out seeds"
             )
+        if self.env.rollout == "batch" and self.ray.address is not None:
+            raise ValueError(
+                "env.rollout: batch runs in the local EnvManager only; it is not available with ray"
+            )
         return self
 
     @property
