@@ -150,7 +150,7 @@ def test_a_session_prefills_only_the_tokens_after_its_kept_prefix():
         first = await e.generate(list(range(3, 103)), SamplingParams(), session_id="s")
         follow = list(range(3, 103)) + first.token_ids + [7] * 20
         second = await e.generate(follow, SamplingParams(), session_id="s")
-        e.drop_session("s")
+        e.drop_sessions(["s"])
         third = await e.generate(follow, SamplingParams(), session_id="s")
         await e.stop()
         return second, third
@@ -241,3 +241,17 @@ def test_with_chunked_prefill_a_new_request_does_not_stall_the_running_batch():
     # the running request keeps decoding during the newcomer's prefill instead of waiting for it
     assert riding_done < separate_done
     assert riding.prefilled_tokens == separate.prefilled_tokens == 210
+
+
+def test_stream_gives_the_whole_response_as_one_final_chunk_and_metrics_report_it():
+    async def main():
+        e = engine(length=7)
+        await e.start()
+        chunks = [c async for c in e.stream([1, 2, 3], SamplingParams(max_tokens=16))]
+        metrics = e.metrics()
+        await e.stop()
+        return chunks, metrics
+
+    chunks, metrics = run_virtual(main())
+    assert len(chunks) == 1 and chunks[0].finish_reason == "stop" and len(chunks[0].token_ids) == 7
+    assert metrics["finished"] == 1 and metrics["running"] == 0 and metrics["modelled"] is True

@@ -52,6 +52,6 @@ class EnginePolicy:
 
     async def end_episode(self, episode_id: str) -> None:
         self._contexts.pop(episode_id, None)
-        drop = getattr(self.engine, "drop_session", None)
+        drop = getattr(self.engine, "drop_sessions", None)
         if drop is not None:
-            drop(episode_id)
+            drop([episode_id])

@@ -32,14 +32,14 @@ import json
 import math
 import random
 from collections import OrderedDict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError, InvalidArgumentError, PolicyError
 from agentrl.generation import GenerationResult, SamplingParams
-from agentrl.serving.engine_api import EngineOverloaded, InvalidRequest
+from agentrl.serving.engine_api import EngineOverloaded, GenerationChunk, InvalidRequest, check_version
 from agentrl.sim.distributions import Distribution, sample_int
 
 
@@ -103,6 +103,7 @@ class LatencyEngineStats:
     prefilled_tokens: int = 0
     cached_prompt_tokens: int = 0
     generated_tokens: int = 0
+    cancelled: int = 0
     steps: int = 0
     preemptions: int = 0
     weight_updates: int = 0
@@ -228,10 +229,27 @@ class LatencyEngine:
             self._cancel(req)
             raise
 
+    def stream(
+        self, prompt_token_ids: list[int], params: SamplingParams, *, session_id: str | None = None
+    ) -> AsyncIterator[GenerationChunk]:
+        """`generate` as one chunk when the response is complete (the model has no per-token times)."""
+
+        async def chunks() -> AsyncIterator[GenerationChunk]:
+            result = await self.generate(prompt_token_ids, params, session_id=session_id)
+            yield GenerationChunk(
+                result.token_ids,
+                result.logprobs,
+                result.versions,
+                finish_reason=result.finish_reason,
+                prompt_tokens=result.prompt_tokens,
+                cached_prompt_tokens=result.cached_prompt_tokens,
+            )
+
+        return chunks()
+
     async def update_weights(self, source: Any, version: int) -> int:
         """Wait `weight_sync_s` between two steps, then stamp `version` on new tokens (no weights)."""
-        if version < self._version:
-            raise InvalidRequest(f"stale version: {version} < current {self._version}")
+        check_version(self._version, version)
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._updates.append((version, done))
         self._poke(force=True)
@@ -247,10 +265,25 @@ class LatencyEngine:
     def running(self) -> int:
         return len(self._running)
 
-    def drop_session(self, session_id: str) -> None:
-        kept = self._sessions.pop(session_id, None)
-        if kept is not None:
-            self._session_total -= len(kept)
+    def metrics(self) -> dict[str, Any]:
+        return {
+            "running": len(self._running),
+            "queued": len(self._queue),
+            "cancelled": self.stats.cancelled,
+            "kv_cache_bytes": None,  # modelled: the profile counts KV in tokens
+            "kv_cache_tokens": self._resident,
+            "sessions": len(self._sessions),
+            "session_bytes": None,
+            "session_tokens": self._session_total,
+            "modelled": True,
+            **asdict(self.stats),
+        }
+
+    def drop_sessions(self, session_ids: list[str]) -> None:
+        for session_id in session_ids:
+            kept = self._sessions.pop(session_id, None)
+            if kept is not None:
+                self._session_total -= len(kept)
 
     # ---- requests ----------------------------------------------------------------------------
 
@@ -294,6 +327,7 @@ class LatencyEngine:
 
     def _cancel(self, req: _Request) -> None:
         req.cancelled = True
+        self.stats.cancelled += 1
         if req in self._queue:
             self._queue.remove(req)
         elif req in self._running:
