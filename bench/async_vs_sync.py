@@ -1,7 +1,8 @@
 """Sync vs async training on the same budget: wall-clock to the same success rate, and final success.
 
     python bench/async_vs_sync.py [--config examples/guess_number.yaml] [--steps 30] [--out runs/bench]
-                                  [--env-step-latency SECONDS]
+                                  [--env-step-latency SECONDS] [--sync-rollout batch]
+                                  [--eval-every N]
 
 Runs the same config three times from the same warm-started model (built once and shared):
 `--mode sync` (max_staleness 0), async with max_staleness 1, and async with max_staleness 2.
@@ -23,6 +24,16 @@ Each run does the same number of optimizer steps on the same number of groups pe
 `asyncio.sleep` in a subclass of the config's env, defined here and used only by this bench):
 the shape of agentic envs whose steps wait on a sandbox, a browser or a remote API. The game
 logic, the model and everything else are unchanged.
+
+`--sync-rollout batch` runs the sync baseline with the synchronous batch-level rollout
+(`env.rollout: batch`: each step's groups in lockstep turns), the baseline the papers compare
+against; the default keeps env-level async rollout in every run, so only training overlap differs.
+
+`--eval-every N` also evaluates on the held-out seeds every N steps and prints "held-out s": the
+training seconds (sum of step times, evaluations excluded) at which each run's held-out success
+first reached the lowest final held-out success of all runs, so every run reaches it. Async
+rollout keeps producing during an evaluation (at most `max_staleness` batches ahead), a small
+head start the sync run does not get.
 
 Printed side by side, with each async mode as a ratio to sync.
 """
@@ -69,6 +80,17 @@ def register_slow_env(env_id: str, latency: float) -> str:
     return slow_id
 
 
+def held_out_curve(records: list[dict]) -> list[tuple[float, float]]:
+    """(training seconds so far, held-out success) at each evaluation; seconds sum step times only."""
+    trained, curve = 0.0, []
+    for record in records:
+        if "step_seconds" in record:
+            trained += record["step_seconds"]
+        if "eval_success_rate" in record:
+            curve.append((trained, record["eval_success_rate"]))
+    return curve
+
+
 def busy_cores(records: list[dict]) -> float:
     """Mean busy cores over the training steps, weighted by step time."""
     steps = [r for r in records if "cpu_busy_cores" in r]
@@ -84,6 +106,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default: config)")
     parser.add_argument("--out", default="runs/bench_async_vs_sync")
     parser.add_argument("--env-step-latency", type=float, default=0.0, help="seconds each env step waits")
+    parser.add_argument("--sync-rollout", choices=("async", "batch"), default="async", help="sync's rollout")
+    parser.add_argument(
+        "--eval-every", type=int, default=0, help="held-out eval every N steps (0: ends only)"
+    )
     args = parser.parse_args()
 
     root = Path(args.out)
@@ -94,6 +120,7 @@ def main() -> None:
     slow_env_id = register_slow_env(base.env.id, args.env_step_latency) if args.env_step_latency > 0 else None
     modes = {"sync": ("sync", 0), "async-1": ("async", 1), "async-2": ("async", 2)}
     results = {}
+    held_out: dict[str, list[tuple[float, float]]] = {}
     for name, (mode, staleness) in modes.items():
         overrides = {
             "out": str(root / name),
@@ -101,8 +128,10 @@ def main() -> None:
             "buffer.max_staleness": staleness,
             "model.path": str(start_dir),
             "sft.episodes": 0,
-            "schedule.eval_every": 0,  # evaluate only before and after, outside the timed steps
+            "schedule.eval_every": args.eval_every,
         }
+        if name == "sync":
+            overrides["env.rollout"] = args.sync_rollout
         if slow_env_id is not None:
             overrides["env.id"] = slow_env_id
         if args.steps:
@@ -113,6 +142,7 @@ def main() -> None:
         records = read_metrics(root / name / "metrics.jsonl")
         curve = smoothed(records)
         results[name] = (result, curve, busy_cores(records))
+        held_out[name] = held_out_curve(records)
         print(
             f"   {result.steps} steps in {result.wall_time:.0f}s; held-out success "
             f"{result.warm_start_success:.1%} -> {result.final_success:.1%}",
@@ -137,6 +167,15 @@ def main() -> None:
             f"{sync_result.wall_time / result.wall_time:>6.2f}x {reach:>11.0f} {speedup:>7.2f}x "
             f"{result.final_success:>7.1%} {delta:>+7.1f}pt {busy:>10.2f}"
         )
+    if args.eval_every:
+        goal = min(curve[-1][1] for curve in held_out.values())
+        print(f"\nheld-out target: success >= {goal:.1%} (the lowest final held-out success)")
+        sync_reach = next(t for t, s in held_out["sync"] if s >= goal)
+        for name, curve in held_out.items():
+            reach = next(t for t, s in curve if s >= goal)
+            points = " ".join(f"{s:.0%}@{t:.0f}s" for t, s in curve)
+            speedup = sync_reach / max(reach, 1e-9)
+            print(f"{name:<9} held-out s {reach:>6.0f}  speedup {speedup:.2f}x  [{points}]")
     cores = len(os.sched_getaffinity(0))
     print(
         f"\nsync kept {sync_busy:.2f} of {cores} cores busy: overlapping rollout and training can make "

@@ -14,6 +14,14 @@ cancelled redundant rollout, or was aborted by shutdown.
         buffer.add(group)
     await manager.aclose()
 
+Rollout modes. `rollout="async"` (the default) is the env-level asynchronous mode above.
+`rollout="batch"` is the synchronous batch-level baseline most RL systems and the papers compare
+against: the feeder pulls `batch_groups` tasks, launches all their episodes together, and at every
+turn each live episode of the batch waits for all the others twice, once with its observation
+(so the policy sees the whole batch at once) and once with its action (so envs step together);
+the next batch starts only when every episode of this one has ended. It runs the same episode code,
+so a comparison of the two measures the scheduling and nothing else.
+
 Back-pressure: `stream` pulls the next task from its source only once it has room for a whole
 group (`group_size + redundancy` free episode slots out of `max_concurrency`), so a source that
 blocks (a staleness buffer holding rollouts back) is never read ahead of capacity.
@@ -30,7 +38,7 @@ import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from agentrl import registry
 from agentrl.core import ChatMessage, Env
@@ -93,6 +101,45 @@ TrajectoryHook = Callable[[Trajectory], None]
 
 _END = object()  # the task source is exhausted and every group has been emitted
 
+RolloutMode = Literal["async", "batch"]
+ROLLOUT_MODES: tuple[RolloutMode, ...] = ("async", "batch")
+
+
+class _TurnBarrier:
+    """Holds the live episodes of one synchronous batch until all of them reach the same point.
+
+    Episodes that end leave it (`leave`), so the remaining ones are not held for them; an episode
+    cancelled while it waits (a redundant straggler, shutdown) takes its arrival back.
+    """
+
+    def __init__(self, parties: int) -> None:
+        self.parties = parties
+        self.arrived = 0
+        self._released = asyncio.Event()
+
+    async def wait(self) -> None:
+        self.arrived += 1
+        if self.arrived >= self.parties:
+            self._release()
+            return
+        released = self._released
+        try:
+            await released.wait()
+        except asyncio.CancelledError:
+            if released is self._released:  # still waiting: this arrival no longer counts
+                self.arrived -= 1
+            raise
+
+    def leave(self) -> None:
+        self.parties -= 1
+        if self.arrived and self.arrived >= self.parties:
+            self._release()
+
+    def _release(self) -> None:
+        self.arrived = 0
+        self._released.set()
+        self._released = asyncio.Event()
+
 
 @dataclass(eq=False)
 class _Run:
@@ -116,6 +163,9 @@ class _Group:
     ended: int = 0
     cancelled: int = 0
     emitted: bool = False
+    barrier: _TurnBarrier | None = None  # rollout="batch": the batch's turn barrier
+    batch_done: asyncio.Event | None = None  # rollout="batch": set when the batch's last episode ends
+    batch_left: list[int] | None = None  # rollout="batch": episodes of the batch not yet ended
 
 
 class EnvManager:
@@ -134,6 +184,10 @@ class EnvManager:
         on_trajectory: called (synchronously) with every trajectory that ends, whatever its
             stop reason; for metrics and progress bars.
         close_timeout: seconds allowed for `env.aclose()` and `policy.end_episode()`.
+        rollout: "async" (each episode on its own clock) or "batch" (the synchronous
+            batch-level baseline: see the module docstring).
+        batch_groups: rollout="batch" only: groups per batch (a training step's worth; its
+            episodes, `batch_groups * (group_size + redundancy)`, must fit `max_concurrency`).
 
     Env instances are reused across episodes through an idle pool (they may hold connections
     or sandboxes); an env that raised, timed out, or was interrupted mid-call is closed and
@@ -155,7 +209,19 @@ class EnvManager:
         env_kwargs: dict[str, Any] | None = None,
         on_trajectory: TrajectoryHook | None = None,
         close_timeout: float = 10.0,
+        rollout: RolloutMode = "async",
+        batch_groups: int = 1,
     ) -> None:
+        if rollout not in ROLLOUT_MODES:
+            raise InvalidArgumentError(f"rollout must be one of {ROLLOUT_MODES}, got {rollout!r}")
+        if batch_groups < 1:
+            raise InvalidArgumentError(f"batch_groups must be >= 1, got {batch_groups}")
+        if rollout == "batch" and batch_groups * (group_size + redundancy) > max_concurrency:
+            raise InvalidArgumentError(
+                f"rollout='batch' runs batch_groups * (group_size + redundancy) = "
+                f"{batch_groups * (group_size + redundancy)} episodes at once, more than "
+                f"max_concurrency ({max_concurrency})"
+            )
         if group_size < 1 or redundancy < 0:
             raise InvalidArgumentError(
                 f"group_size must be >= 1 and redundancy >= 0, got {group_size}, {redundancy}"
@@ -189,6 +255,8 @@ class EnvManager:
         self.episode_timeout = episode_timeout
         self.on_trajectory = on_trajectory
         self.close_timeout = close_timeout
+        self.rollout = rollout
+        self.batch_groups = batch_groups
         self.stats = ManagerStats()
         self._end_episode = getattr(policy, "end_episode", None)
         self._idle: list[Env] = []
@@ -255,7 +323,9 @@ class EnvManager:
         try:
             is_async = isinstance(tasks, AsyncIterable)
             source: Any = aiter(tasks) if is_async else iter(tasks)  # type: ignore[arg-type]
-            while True:
+            if self.rollout == "batch":
+                await self._feed_batches(run, source, is_async, slots)
+            while self.rollout == "async":
                 for _ in range(self.width):
                     await slots.acquire()
                 try:
@@ -272,9 +342,65 @@ class EnvManager:
         if run.open_groups == 0:
             run.out.put_nowait(_END)
 
-    def _launch_group(self, run: _Run, task: Task, slots: asyncio.Semaphore) -> None:
+    async def _feed_batches(self, run: _Run, source: Any, is_async: bool, slots: asyncio.Semaphore) -> None:
+        """rollout="batch": take up to `batch_groups` tasks, play them in lockstep, wait for all to end.
+
+        A batch is the tasks the source has ready: the first is awaited, the rest are taken only
+        while the source yields without waiting. A source that holds tasks back until groups come
+        out (a staleness buffer replacing groups it dropped) thus gets a smaller batch instead of
+        a deadlock; the task it was about to yield starts the next batch.
+        """
+        pending: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                tasks: list[Task] = []
+                while len(tasks) < self.batch_groups:
+                    item: Any
+                    if not is_async:
+                        item = next(source, _END)
+                    else:
+                        if pending is None:
+                            pending = asyncio.ensure_future(anext(source, _END))
+                        if tasks and not pending.done():
+                            await asyncio.sleep(0)  # let the source run up to its next wait
+                            if not pending.done():
+                                break  # it would wait: play the batch we have
+                        item = await pending
+                        pending = None
+                    if item is _END:
+                        break
+                    tasks.append(_as_task(item))
+                if not tasks:
+                    return
+                for _ in range(len(tasks) * self.width):
+                    await slots.acquire()
+                barrier = _TurnBarrier(len(tasks) * self.width)
+                done, left = asyncio.Event(), [len(tasks) * self.width]
+                for task in tasks:
+                    self._launch_group(run, task, slots, barrier=barrier, batch_done=done, batch_left=left)
+                await done.wait()
+        finally:
+            if pending is not None:
+                pending.cancel()
+
+    def _launch_group(
+        self,
+        run: _Run,
+        task: Task,
+        slots: asyncio.Semaphore,
+        *,
+        barrier: _TurnBarrier | None = None,
+        batch_done: asyncio.Event | None = None,
+        batch_left: list[int] | None = None,
+    ) -> None:
         self._group_counter += 1
-        group = _Group(group_id=task.group_id or f"{self._prefix}-g{self._group_counter}", task=task)
+        group = _Group(
+            group_id=task.group_id or f"{self._prefix}-g{self._group_counter}",
+            task=task,
+            barrier=barrier,
+            batch_done=batch_done,
+            batch_left=batch_left,
+        )
         run.open_groups += 1
         self.stats.groups_launched += 1
         for index in range(self.width):
@@ -312,6 +438,12 @@ class EnvManager:
         reason = trajectory.stop_reason
         self.stats.by_reason[reason] += 1
         group.ended += 1
+        if group.barrier is not None:
+            group.barrier.leave()
+        if group.batch_left is not None and group.batch_done is not None:
+            group.batch_left[0] -= 1
+            if group.batch_left[0] == 0:
+                group.batch_done.set()
         if self.on_trajectory is not None:
             try:
                 self.on_trajectory(trajectory)
@@ -361,7 +493,7 @@ class EnvManager:
                 async with episode_deadline:
                     env_call.busy = True  # building the env counts as an env call
                     env = self._idle.pop() if self._idle else self._make_env()
-                    await self._play(env, group.task, trajectory, env_call, index)
+                    await self._play(env, group.task, trajectory, env_call, index, group.barrier)
             except TimeoutError as exc:
                 trajectory.stop_reason = StopReason.TIMEOUT
                 if episode_deadline.expired():
@@ -383,12 +515,20 @@ class EnvManager:
         slots.release()
 
     async def _play(
-        self, env: Env, task: Task, trajectory: Trajectory, env_call: _EnvCall, index: int
+        self,
+        env: Env,
+        task: Task,
+        trajectory: Trajectory,
+        env_call: _EnvCall,
+        index: int,
+        barrier: _TurnBarrier | None = None,
     ) -> None:
         """The episode loop. Sets the trajectory's stop reason when the episode ends normally.
 
         Raises whatever the env or the policy raises (a policy's exception wrapped in
-        `_PolicyFailed`); `env_call.busy` is True exactly while an env call is awaited.
+        `_PolicyFailed`); `env_call.busy` is True exactly while an env call is awaited. With a
+        `barrier` (rollout="batch"), each turn waits for the batch before the policy call and
+        again before the env step.
         """
         step_timeout = self.step_timeout
         if step_timeout is None:
@@ -411,6 +551,8 @@ class EnvManager:
         episode_id = trajectory.episode_id
         stop = StopReason.TRUNCATED
         for turn_index in range(max_turns):
+            if barrier is not None:
+                await barrier.wait()
             started = clock()
             try:
                 request = PolicyInput(episode_id, turn_index, messages, env, task.seed, index, tools)
@@ -428,6 +570,9 @@ class EnvManager:
                 raise PolicyError(f"policy returned {type(output).__name__}, expected PolicyOutput or str")
             acted = clock()
             parsed = parse_tool_calls(text, f"call_{turn_index}_") if tools else None
+            if barrier is not None:
+                await barrier.wait()
+            stepping = clock()
             env_call.busy = True
             if parsed is not None and parsed.calls:
                 tool_turn = await self._call_tools(env, parsed.calls)
@@ -453,7 +598,7 @@ class EnvManager:
                     output.versions,
                     output.finish_reason,
                     acted - started,
-                    clock() - acted,
+                    clock() - stepping,
                 )
             )
             observation = next_observation

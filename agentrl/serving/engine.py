@@ -52,6 +52,7 @@ import contextlib
 import ctypes
 import json
 import threading
+import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -143,6 +144,7 @@ class EngineStats:
     weight_updates: int = 0
     cache_shrinks: int = 0
     kv_cache_peak_bytes: int = 0
+    busy_s: float = 0.0  # worker time spent in steps (not waiting for work): busy fraction = d(busy_s)/dt
 
 
 class TorchEngine:
@@ -444,11 +446,13 @@ class TorchEngine:
                         self._cond.wait()
                     if self._stopping:
                         return
+                started = time.perf_counter()
                 try:
                     self._step()
                 except Exception as exc:  # a bug or a device error: fail loudly, never hang
                     self._die(f"torch engine decode loop died: {type(exc).__name__}: {exc}")
                     return
+                self.stats.busy_s += time.perf_counter() - started
 
     def _die(self, reason: str) -> None:
         self._dead = reason

@@ -71,6 +71,8 @@ def train(
     """Train an agent with RL: build/load the model, warm-start, serve it, roll out, learn."""
     from agentrl_trainers.config import load_config
     from agentrl_trainers.loop import TrainingRun
+    from agentrl_trainers.metrics import read_metrics
+    from agentrl_trainers.timeline import summary as timeline_summary
 
     overrides: dict[str, Any] = {}
     for key, value in (("mode", mode), ("buffer.max_staleness", max_staleness), ("out", out),
@@ -87,6 +89,9 @@ def train(
         f"done: {result.steps} steps, version {result.version}, {result.wall_time:.0f}s of training; "
         f"held-out success {_pct(result.warm_start_success)} (start) -> {_pct(result.final_success)} (end)"
     )
+    timeline = timeline_summary(read_metrics(result.out / "metrics.jsonl"))
+    if timeline is not None:
+        console.print(timeline)
     console.print(f"metrics: {result.out / 'metrics.jsonl'}  plots: {', '.join(map(str, result.plots))}")
 
 

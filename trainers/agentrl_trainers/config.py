@@ -79,6 +79,9 @@ class EnvConfig(_Section):
     redundancy: int = Field(0, ge=0)  # extra episodes launched per group; the slowest are dropped
     max_turns: int = Field(8, ge=1)
     concurrency: int = Field(32, ge=1)  # episodes in flight at once
+    # "async": env-level asynchronous rollout; "batch": the synchronous batch-level baseline (each
+    # step's groups are played in lockstep turns, the next batch starts when the whole one ended)
+    rollout: Literal["async", "batch"] = "async"
     step_timeout: float | None = Field(60.0, gt=0)
     episode_timeout: float | None = Field(600.0, gt=0)
 
@@ -190,6 +193,10 @@ class TrainConfig(_Section):
             raise ValueError(
                 f"schedule.eval_seed_offset ({s.eval_seed_offset}) must exceed the training seeds "
                 f"(up to about {last_train_seed}) so evaluation uses held-out seeds"
+            )
+        if self.env.rollout == "batch" and self.ray.address is not None:
+            raise ValueError(
+                "env.rollout: batch runs in the local EnvManager only; it is not available with ray"
             )
         return self
 

@@ -63,6 +63,7 @@ from agentrl_trainers.learner import Learner
 from agentrl_trainers.metrics import MetricsWriter, plot_metrics, read_metrics, truncate_after
 from agentrl_trainers.recorder import StepRecorder
 from agentrl_trainers.sft import copy_tokenizer_files, save_checkpoint_dir, warm_start
+from agentrl_trainers.timeline import StepTimeline, plot_timeline
 
 STATE_JSON = "state.json"
 
@@ -209,18 +210,22 @@ class ServerSupervisor:
     ) -> None:
         self.server, self.learner, self.paths, self.config, self.log = server, learner, paths, config, log
         self.restarts = 0
+        self.train_s = self.push_s = 0.0  # seconds of the last step's optimizer step and weight push
         self._lock = asyncio.Lock()
 
     async def train_and_push(self, groups: list[TrajectoryGroup]) -> dict[str, float]:
         """One optimizer step, then the new weights to the server at the learner's new version."""
         async with self._lock:
+            started = time.perf_counter()
             metrics: dict[str, float] = await asyncio.to_thread(self.learner.train_step, groups)
+            self.train_s = time.perf_counter() - started  # the step timeline's train / push split
             try:
                 await self.server.push(self.learner.state_dict(), self.learner.version)
             except PolicyError:
                 if self.server.returncode is None:
                     raise  # alive and refusing the weights: a bug to report, not to paper over
                 await self._restart()  # starts from the weights just trained: nothing to push
+            self.push_s = time.perf_counter() - started - self.train_s
         return metrics
 
     async def watch(self, interval: float = 0.5) -> None:
@@ -343,7 +348,8 @@ class TrainingRun:
             writer.close()
             if self._recorder is not None:
                 self._recorder.close()
-        result.plots = plot_metrics(read_metrics(paths.root / "metrics.jsonl"), paths.plots)
+        records = read_metrics(paths.root / "metrics.jsonl")
+        result.plots = plot_metrics(records, paths.plots) + plot_timeline(records, paths.plots)
         return result
 
     async def _train(
@@ -378,12 +384,18 @@ class TrainingRun:
                 policy,
                 group_size=config.env.group_size,
                 redundancy=config.env.redundancy,
-                max_concurrency=max(config.env.concurrency, config.env.group_size + config.env.redundancy),
+                max_concurrency=max(
+                    config.env.concurrency,
+                    (config.env.group_size + config.env.redundancy)
+                    * (schedule.groups_per_step if config.env.rollout == "batch" else 1),
+                ),
                 max_turns=config.env.max_turns,
                 step_timeout=config.env.step_timeout,
                 episode_timeout=config.env.episode_timeout,
                 env_kwargs=config.env.kwargs,
                 on_trajectory=lambda trajectory: self._rollouts.add(trajectory),
+                rollout=config.env.rollout,
+                batch_groups=schedule.groups_per_step,
             )
         )
         seeds = _SeedCounter(state["next_seed"], schedule.eval_seed_offset)
@@ -403,12 +415,14 @@ class TrainingRun:
             return wall_offset + time.perf_counter() - started
 
         busy = BusyCores(server)
+        timeline = StepTimeline(url)
         producer = asyncio.create_task(produce())
         step = state["step"]
         try:
             while step < schedule.steps:
                 step_started = time.perf_counter()
                 busy.start()
+                await timeline.begin()
                 batch = buffer.get_batch(schedule.groups_per_step, learner.version)
                 groups = await _first(batch, producer, self._watchdog)
                 waited = time.perf_counter() - step_started
@@ -432,6 +446,7 @@ class TrainingRun:
                         policy.resent_requests if policy else manager.resampled_turns
                     ),
                     "server_restarts": float(self._supervisor.restarts),
+                    **await timeline.end(waited, self._supervisor.train_s, self._supervisor.push_s),
                 }
                 writer.log(step, record)
                 if self._recorder is not None:
@@ -452,6 +467,7 @@ class TrainingRun:
             await manager.aclose()
             if policy is not None:
                 await policy.aclose()
+            await timeline.aclose()
         result.steps, result.version = step, learner.version
         result.wall_time = wall()
         if schedule.eval_episodes > 0:

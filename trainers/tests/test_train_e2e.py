@@ -31,9 +31,9 @@ TINY = {
 }
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_train_runs_end_to_end(tmp_path: Path, mode: str) -> None:
-    config = load_config(None, {**TINY, "out": str(tmp_path / "run"), "mode": mode})
+@pytest.mark.parametrize(("mode", "rollout"), [("sync", "batch"), ("async", "async")])
+def test_train_runs_end_to_end(tmp_path: Path, mode: str, rollout: str) -> None:
+    config = load_config(None, {**TINY, "out": str(tmp_path / "run"), "mode": mode, "env.rollout": rollout})
     result = TrainingRun(config).run()
 
     assert result.steps == 3 and result.version == 3
@@ -51,7 +51,16 @@ def test_train_runs_end_to_end(tmp_path: Path, mode: str) -> None:
     assert max(staleness) <= config.effective_max_staleness
     assert [r["step"] for r in records if "eval_success_rate" in r] == [0, 3]
     assert list((run / "tb").glob("events.out.tfevents.*"))
-    assert {p.name for p in result.plots} == {"metrics_vs_step.png", "metrics_vs_wall_time.png"}
+    # every step says where its time went: engine busy (from the server's /metrics), trainer idle
+    for r in (r for r in records if "learner/loss" in r):
+        assert 0 < r["timeline/engine_busy_frac"] <= 1 and 0 <= r["timeline/trainer_idle_frac"] < 1
+        assert r["timeline/rollout_wait_s"] == pytest.approx(r["trainer_wait_s"])
+        assert r["timeline/train_s"] > 0 and r["timeline/weight_sync_s"] > 0
+    assert {p.name for p in result.plots} == {
+        "metrics_vs_step.png",
+        "metrics_vs_wall_time.png",
+        "timeline.png",
+    }
     assert all(p.stat().st_size > 1000 for p in result.plots)
     checkpoints = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert checkpoints == ["step_000002", "step_000003"]
