@@ -87,6 +87,9 @@ def train(
         f"done: {result.steps} steps, version {result.version}, {result.wall_time:.0f}s of training; "
         f"held-out success {_pct(result.warm_start_success)} (start) -> {_pct(result.final_success)} (end)"
     )
+    if result.references:
+        refs = ", ".join(f"{name} {rate:.1%}" for name, rate in result.references.items())
+        console.print(f"reference policies on the same seeds: {refs}")
     console.print(f"metrics: {result.out / 'metrics.jsonl'}  plots: {', '.join(map(str, result.plots))}")
 
 
