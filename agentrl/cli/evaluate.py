@@ -76,7 +76,8 @@ def evaluate(
         for name, ref in baselines.items():
             gap = 100 * (report.success_rate - ref.success_rate)
             console.print(
-                f"  reference {name:<16} {ref.success_rate:6.1%}  model {gap:+5.1f} points  ({described[name]})"
+                f"  reference {name:<16} {ref.success_rate:6.1%}  model {gap:+5.1f} points"
+                f"  ({described[name]})"
             )
     return report.success_rate
 

@@ -298,6 +298,7 @@ class TrainingRun:
         (paths.root / "config.yaml").write_text(_dump_yaml(config))
         torch.manual_seed(config.seed)
         np.random.seed(config.seed)
+        torch.set_num_threads(config.cpu_threads(len(os.sched_getaffinity(0)))[1])  # for the warm start
         start_dir = prepare_model(config, paths, self._log)
         return asyncio.run(self._run_async(start_dir, latest if self.resume else None))
 
@@ -519,7 +520,9 @@ class TrainingRun:
         rates = {name: report.success_rate for name, report in reports.items()}
         if rates:
             writer.log(0, {f"reference/{name}": rate for name, rate in rates.items()})
-            self._log("reference policies on the eval seeds: " + ", ".join(f"{n} {r:.1%}" for n, r in rates.items()))
+            self._log(
+                "reference policies on the eval seeds: " + ", ".join(f"{n} {r:.1%}" for n, r in rates.items())
+            )
         return rates
 
     def _save_checkpoint(

@@ -110,7 +110,31 @@ def plot_metrics(records: Iterable[Mapping[str, Any]], out_dir: str | Path) -> l
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)
+    if references:
+        written.append(_plot_eval_vs_references(records, references, out_dir / "eval_success.png", plt))
     return written
+
+
+def _plot_eval_vs_references(
+    records: list[Mapping[str, Any]], references: dict[str, float], path: Path, plt: Any
+) -> Path:
+    """Held-out success over training, with each reference policy as a horizontal line."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    points = [(r["step"], r["eval_success_rate"]) for r in records if "eval_success_rate" in r]
+    if points:
+        xs, ys = zip(*points, strict=True)
+        ax.plot(xs, ys, marker="o", color="C0", label="model (held-out)")
+    for index, (name, rate) in enumerate(sorted(references.items(), key=lambda kv: kv[1])):
+        ax.axhline(rate, color=f"C{index + 1}", linestyle="--", linewidth=1, label=f"{name} {rate:.0%}")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("held-out success rate")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def _plain(value: Any) -> Any:

@@ -51,7 +51,16 @@ def test_train_runs_end_to_end(tmp_path: Path, mode: str) -> None:
     assert max(staleness) <= config.effective_max_staleness
     assert [r["step"] for r in records if "eval_success_rate" in r] == [0, 3]
     assert list((run / "tb").glob("events.out.tfevents.*"))
-    assert {p.name for p in result.plots} == {"metrics_vs_step.png", "metrics_vs_wall_time.png"}
+    # The env's reference policies were played once on the eval seeds and plotted beside the model.
+    references = {"random", "random_distinct", "random_in_hints", "expert"}
+    assert set(result.references) == references and result.references["expert"] == 1.0
+    logged = {k.removeprefix("reference/") for r in records if r["step"] == 0 for k in r}
+    assert references <= logged
+    assert {p.name for p in result.plots} == {
+        "metrics_vs_step.png",
+        "metrics_vs_wall_time.png",
+        "eval_success.png",
+    }
     assert all(p.stat().st_size > 1000 for p in result.plots)
     checkpoints = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert checkpoints == ["step_000002", "step_000003"]

@@ -18,8 +18,10 @@ def test_hints_point_towards_the_target():
     env.close()
 
 
-@pytest.mark.parametrize(("env_id", "lo", "hi", "turns"),
-                         [("games/GuessNumber-v0", 1, 10, 5), ("games/GuessNumber100-v0", 1, 100, 8)])
+@pytest.mark.parametrize(
+    ("env_id", "lo", "hi", "turns"),
+    [("games/GuessNumber-v0", 1, 10, 5), ("games/GuessNumber100-v0", 1, 100, 8)],
+)
 def test_expert_finds_every_target_within_the_turn_limit(env_id, lo, hi, turns):
     env = agentrl.make(env_id)
     assert env.max_turns == turns
