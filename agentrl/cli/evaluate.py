@@ -71,13 +71,16 @@ def evaluate(
             f"{env_id}: success {report.success_rate:.1%} ({report.successes}/{report.episodes}), "
             f"reward {report.reward_mean:+.3f}, {report.turns_mean:.1f} turns, {report.errors} errors; "
             f"seeds {seed_offset}..{seed_offset + n - 1}, "
-            + ("greedy" if temperature == 0 else f"temperature {temperature}, sampling seed {sampling_seed}")
+            + ("greedy" if temperature == 0 else f"temperature {temperature}, sampling seed {sampling_seed}"),
+            soft_wrap=True,
         )
         for name, ref in baselines.items():
             gap = 100 * (report.success_rate - ref.success_rate)
             console.print(
                 f"  reference {name:<16} {ref.success_rate:6.1%}  model {gap:+5.1f} points"
-                f"  ({described[name]})"
+                f"  ({described[name]})",
+                markup=False,
+                soft_wrap=True,
             )
     return report.success_rate
 
