@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import string
 from collections.abc import Coroutine
-from typing import Any, TypedDict, TypeVar
+from typing import Any, ClassVar, TypedDict, TypeVar
 
 import gymnasium
 import numpy as np
