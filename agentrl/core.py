@@ -23,6 +23,9 @@ Conventions the rest of agentrl relies on:
 - `info["format_error"]` (bool) marks an action that could not be parsed; the env should give
   a format penalty and return the same state rather than raise.
 - Raising from `astep` is allowed: the manager records the episode with stop reason `error`.
+- `reference_policies` names scripted players (e.g. "random": right format, ignores the env's
+  replies; "expert"), played by `reference_action(name)`. Evaluation reports each beside the
+  model on the same seeds, so a success rate comes with its floor and its ceiling.
 
 Tools: an env may also declare tools, async methods marked `@tool` (see `agentrl.tools`):
 
@@ -38,6 +41,7 @@ The manager shows them to the policy (OpenAI `tools` shape), routes each call th
 `call_tool`, and feeds the results back as `tool` messages; a turn without a call goes to `astep`
 as before, so an episode can mix tool turns and env steps. A tool returns a string, or a
 `ToolResult` whose reward/terminated/truncated end the episode like a step would.
+
 """
 
 from __future__ import annotations
@@ -45,13 +49,13 @@ from __future__ import annotations
 import asyncio
 import string
 from collections.abc import Coroutine
-from typing import Any, NotRequired, TypedDict, TypeVar
+from typing import Any, ClassVar, NotRequired, TypedDict, TypeVar
 
 import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from agentrl.errors import AgentRLError
+from agentrl.errors import AgentRLError, UnknownReferencePolicy
 from agentrl.tools import (
     ToolCall,
     ToolError,
@@ -98,6 +102,12 @@ class Env(gymnasium.Env[str, str]):
 
     #: Reward given for each malformed tool call (bad JSON, unknown tool, wrong arguments).
     tool_error_penalty: float = -0.1
+
+    #: Scripted reference policies, name -> what the player does. `agentrl eval` and
+    #: `agentrl train` play each on the model's held-out seeds and print its success beside the
+    #: model's: a player in the right format that ignores every observation is the floor a
+    #: multi-turn agent must beat to show it uses the env's feedback, the expert the ceiling.
+    reference_policies: ClassVar[dict[str, str]] = {}
 
     _sync_loop: asyncio.AbstractEventLoop | None = None
 
@@ -164,6 +174,18 @@ class Env(gymnasium.Env[str, str]):
     def expert_action(self) -> str:
         """A scripted expert's action for the current state, for tests and warm-start data."""
         raise NotImplementedError(f"{type(self).__name__} has no scripted expert")
+
+    def reference_action(self, name: str) -> str:
+        """The action reference policy `name` (a key of `reference_policies`) takes now.
+
+        Override together with `reference_policies`; the base declares none. A reference may
+        read the env's hidden state (an expert does) and should draw its randomness from a
+        per-episode stream, so that a seed gives the same reference episode every time.
+        """
+        raise UnknownReferencePolicy(
+            f"{type(self).__name__} has no reference policy {name!r} "
+            f"(declared: {', '.join(self.reference_policies) or 'none'})"
+        )
 
     # -- synchronous adapters -------------------------------------------------------------
 

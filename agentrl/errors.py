@@ -46,3 +46,7 @@ class InvalidArgumentError(AgentRLError, ValueError, TypeError):
     Also a `ValueError` and a `TypeError`, so code written against Python's conventions still
     catches it.
     """
+
+
+class UnknownReferencePolicy(AgentRLError):
+    """An env was asked for a reference policy it does not declare in `reference_policies`."""

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from agentrl.errors import AgentRLError
-from agentrl.rollout.evaluate import EvalReport, evaluate_server
+from agentrl.rollout.evaluate import EvalReport, evaluate_references, evaluate_server, reference_names
 from agentrl.serving.process import ServerProcess, resolve_checkpoint
 
 console = Console()
@@ -42,25 +42,46 @@ def evaluate(
             envvar="AGENTRL_API_KEY", help="generation key; the child server is started with it too"
         ),
     ] = None,
+    references: Annotated[
+        bool, typer.Option(help="also play the env's reference policies on the same seeds")
+    ] = True,
 ) -> float:
-    """Success rate of a checkpoint on held-out seeds."""
+    """Success rate of a checkpoint on held-out seeds, beside the env's reference policies."""
     try:
         report = evaluate_checkpoint(
             checkpoint, env_id, n, seed_offset=seed_offset, temperature=temperature,
             max_tokens=max_tokens, max_turns=max_turns, sampling_seed=sampling_seed, api_key=api_key,
         )  # fmt: skip
+        described = reference_names(env_id) if references else {}
+        baselines = asyncio.run(
+            evaluate_references(
+                env_id, n, seed_offset=seed_offset, max_turns=max_turns, names=list(described)
+            )
+        )
     except AgentRLError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(code=2) from exc
     if as_json:
-        console.print_json(json.dumps({**report.__dict__, "success_rate": report.success_rate}))
+        refs = {name: r.success_rate for name, r in baselines.items()}
+        console.print_json(
+            json.dumps({**report.__dict__, "success_rate": report.success_rate, "references": refs})
+        )
     else:
         console.print(
             f"{env_id}: success {report.success_rate:.1%} ({report.successes}/{report.episodes}), "
             f"reward {report.reward_mean:+.3f}, {report.turns_mean:.1f} turns, {report.errors} errors; "
             f"seeds {seed_offset}..{seed_offset + n - 1}, "
-            + ("greedy" if temperature == 0 else f"temperature {temperature}, sampling seed {sampling_seed}")
+            + ("greedy" if temperature == 0 else f"temperature {temperature}, sampling seed {sampling_seed}"),
+            soft_wrap=True,
         )
+        for name, ref in baselines.items():
+            gap = 100 * (report.success_rate - ref.success_rate)
+            console.print(
+                f"  reference {name:<16} {ref.success_rate:6.1%}  model {gap:+5.1f} points"
+                f"  ({described[name]})",
+                markup=False,
+                soft_wrap=True,
+            )
     return report.success_rate
 
 

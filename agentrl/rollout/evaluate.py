@@ -7,6 +7,10 @@ tasks rather than recall of training seeds. Each seed is played once. Sampling i
 the sampling noise; pass a temperature > 0 to measure the sampled policy that RL trains. Sampling
 is seeded per episode and turn (`sampling_seed`), so an evaluation at temperature > 0 is
 repeatable too, and evaluations of two checkpoints use the same random numbers.
+
+`evaluate_references` plays the env's scripted reference policies (`Env.reference_policies`) on
+the same seeds, so the model's figure can be read against a player that ignores the env's
+feedback and against the expert.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentrl.registry import make
 from agentrl.rollout.manager import EnvManager
 from agentrl.rollout.protocol import Policy
+from agentrl.rollout.scripted import ReferencePolicy
 from agentrl.rollout.stats import RolloutStats
 from agentrl.trajectory import Trajectory
 
@@ -117,3 +123,37 @@ async def evaluate_policy(
         seed_offset=seed_offset,
         temperature=temperature,
     )
+
+
+def reference_names(env_id: str, env_kwargs: dict[str, Any] | None = None) -> dict[str, str]:
+    """The reference policies `env_id` declares, name -> description (empty if none)."""
+    env = make(env_id, **(env_kwargs or {}))
+    try:
+        return dict(env.reference_policies)
+    finally:
+        env.close()
+
+
+async def evaluate_references(
+    env_id: str,
+    episodes: int,
+    *,
+    seed_offset: int = 1_000_000,
+    env_kwargs: dict[str, Any] | None = None,
+    max_turns: int | None = None,
+    concurrency: int = 64,
+    names: list[str] | None = None,
+) -> dict[str, EvalReport]:
+    """Success of each reference policy (all the env declares, or `names`) on the eval seeds."""
+    reports = {}
+    for name in names if names is not None else list(reference_names(env_id, env_kwargs)):
+        reports[name] = await evaluate_policy(
+            ReferencePolicy(name),
+            env_id,
+            episodes,
+            seed_offset=seed_offset,
+            env_kwargs=env_kwargs,
+            max_turns=max_turns,
+            concurrency=concurrency,
+        )
+    return reports

@@ -2,7 +2,8 @@
 
 `RandomPolicy` plays a plausible random action: the env's own `sample_action()` when it has one
 (games know their move syntax), else random text drawn from the action space. `ExpertPolicy`
-asks the env's scripted expert (`env.expert_action()`).
+asks the env's scripted expert (`env.expert_action()`). `ReferencePolicy(name)` plays one of the
+env's declared reference policies (`Env.reference_policies`), the yardsticks of evaluation.
 """
 
 from __future__ import annotations
@@ -38,3 +39,13 @@ class ExpertPolicy:
 
     async def __call__(self, request: PolicyInput) -> str:
         return request.env.expert_action()
+
+
+class ReferencePolicy:
+    """The env's reference policy `name` (`env.reference_action(name)`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def __call__(self, request: PolicyInput) -> str:
+        return request.env.reference_action(self.name)

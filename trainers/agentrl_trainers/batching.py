@@ -7,6 +7,10 @@ budget, so rows of similar length share a micro-batch and padding stays small. P
 right, which a causal model never attends to, so it needs no attention mask. Only the positions that
 predict a loss-mask token are gathered from the logits, which keeps the log-softmax off the (usually
 much longer) prompt and observation tokens.
+
+Advantages are per token: with `credit="episode"` every sampled token of a trajectory gets its
+group-relative advantage; with the per-turn credit modes each turn's sampled tokens get that
+turn's advantage (`advantages.turn_return_advantages` / `turn_group_advantages`).
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from torch import Tensor
 
 from agentrl.errors import InvalidArgumentError
 from agentrl.trajectory import Trajectory, TrajectoryGroup
-from agentrl_trainers.advantages import compute_advantages
-from agentrl_trainers.config import AdvantageEstimator, Aggregation
+from agentrl_trainers.advantages import compute_advantages, turn_group_advantages, turn_return_advantages
+from agentrl_trainers.config import AdvantageEstimator, Aggregation, CreditAssignment
 
 
 @dataclass
@@ -30,7 +34,7 @@ class Sample:
     token_ids: list[int]
     loss_mask: list[int]
     behav_logprobs: list[float]
-    advantage: float
+    advantages: list[float]  # per token, aligned with token_ids (0.0 where the loss mask is 0)
     reward: float
     proximal_logprobs: Tensor | None = None  # log-probs of the loss tokens under the proximal policy
 
@@ -38,6 +42,12 @@ class Sample:
     def num_loss_tokens(self) -> int:
         # The first token has no prediction, so a loss mask there cannot be trained.
         return sum(self.loss_mask[1:])
+
+    @property
+    def advantage_abs_mean(self) -> float:
+        """Mean |advantage| over the trainable tokens (for metrics)."""
+        values = [abs(a) for a, m in zip(self.advantages[1:], self.loss_mask[1:], strict=True) if m]
+        return sum(values) / max(len(values), 1)
 
 
 @dataclass
@@ -65,13 +75,66 @@ def trajectory_is_trainable(trajectory: Trajectory) -> bool:
     return sum(trajectory.loss_mask()[1:]) > 0
 
 
-def build_samples(groups: Sequence[TrajectoryGroup], estimator: AdvantageEstimator) -> list[Sample]:
-    """Compute group advantages and turn every trainable trajectory into a `Sample`.
+def turn_states(trajectory: Trajectory) -> list[tuple[str, ...]]:
+    """The state each turn acted from: the conversation up to and including its observation.
+
+    The turn-level group baseline compares turns of one group's episodes (same seed) that share
+    this key. The whole history, not the last observation, because an observation alone need not
+    be the state (GuessNumber's "higher" says nothing without the guess before it); with the
+    same seed and the same history a deterministic env is in the same state.
+    """
+    states, history = [], []
+    for turn in trajectory.turns:
+        history.append(turn.observation)
+        states.append(tuple(history))
+        history.append(turn.action)
+    return states
+
+
+def turn_advantages(
+    groups: Sequence[TrajectoryGroup],
+    estimator: AdvantageEstimator,
+    credit: CreditAssignment = "episode",
+    *,
+    gamma: float = 1.0,
+    turn_group_weight: float = 1.0,
+) -> list[list[list[float]]]:
+    """The advantage of every turn of every trajectory: `[group][trajectory][turn]`."""
+    if credit == "episode":
+        episode = compute_advantages([g.rewards for g in groups], estimator)
+        return [
+            [[float(a)] * len(t.turns) for t, a in zip(g.trajectories, adv, strict=True)]
+            for g, adv in zip(groups, episode, strict=True)
+        ]
+    rewards = [[[turn.reward for turn in t.turns] for t in g.trajectories] for g in groups]
+    if credit == "turn_return":
+        per_turn = turn_return_advantages(rewards, gamma)
+    elif credit == "turn_group":
+        states = [[turn_states(t) for t in g.trajectories] for g in groups]
+        per_turn = turn_group_advantages(
+            rewards, states, gamma=gamma, step_weight=turn_group_weight, episode_estimator=estimator
+        )
+    else:
+        raise InvalidArgumentError(
+            f"Unknown credit assignment {credit!r}; allowed: 'episode', 'turn_return', 'turn_group'"
+        )
+    return [[[float(a) for a in episode] for episode in group] for group in per_turn]
+
+
+def build_samples(
+    groups: Sequence[TrajectoryGroup],
+    estimator: AdvantageEstimator,
+    credit: CreditAssignment = "episode",
+    *,
+    gamma: float = 1.0,
+    turn_group_weight: float = 1.0,
+) -> list[Sample]:
+    """Compute advantages and turn every trainable trajectory into a `Sample`.
 
     Advantages are computed over all trajectories of a group (a trajectory without tokens still
     tells the group what reward was possible), then only trajectories with loss tokens are kept.
     """
-    advantages = compute_advantages([g.rewards for g in groups], estimator)
+    advantages = turn_advantages(groups, estimator, credit, gamma=gamma, turn_group_weight=turn_group_weight)
     samples = []
     for group, group_adv in zip(groups, advantages, strict=True):
         for trajectory, adv in zip(group.trajectories, group_adv, strict=True):
@@ -83,7 +146,12 @@ def build_samples(groups: Sequence[TrajectoryGroup], estimator: AdvantageEstimat
                 )
             if sum(mask[1:]) == 0:
                 continue
-            samples.append(Sample(ids, mask, behav, float(adv), trajectory.total_reward))
+            token_adv = [
+                a
+                for turn, turn_adv in zip(trajectory.turns, adv, strict=True)
+                for a in [0.0] * len(turn.prompt_token_ids) + [turn_adv] * len(turn.action_token_ids)
+            ]
+            samples.append(Sample(ids, mask, behav, token_adv, trajectory.total_reward))
     return samples
 
 
@@ -135,7 +203,7 @@ def collate(samples: Sequence[Sample], weights: Sequence[float], pad_id: int = 0
         cols += [t - 1 for t in positions]
         targets += [sample.token_ids[t] for t in positions]
         behav += [sample.behav_logprobs[t] for t in positions]
-        adv += [sample.advantage] * len(positions)
+        adv += [sample.advantages[t] for t in positions]
         rew += [sample.reward] * len(positions)
         wts += [weight] * len(positions)
     proximal = None

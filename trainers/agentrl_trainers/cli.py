@@ -92,6 +92,9 @@ def train(
     timeline = timeline_summary(read_metrics(result.out / "metrics.jsonl"))
     if timeline is not None:
         console.print(timeline)
+    if result.references:
+        refs = ", ".join(f"{name} {rate:.1%}" for name, rate in result.references.items())
+        console.print(f"reference policies on the same seeds: {refs}")
     console.print(f"metrics: {result.out / 'metrics.jsonl'}  plots: {', '.join(map(str, result.plots))}")
 
 

@@ -28,6 +28,7 @@ class _Section(BaseModel):
 LossName = Literal["ppo_clip", "tis", "decoupled_ppo", "cispo", "topr", "gspo"]
 AdvantageEstimator = Literal["grpo", "lite_ppo"]
 Aggregation = Literal["token", "sequence"]
+CreditAssignment = Literal["episode", "turn_return", "turn_group"]
 
 
 class LearnerConfig(_Section):
@@ -35,6 +36,13 @@ class LearnerConfig(_Section):
 
     loss: LossName = "decoupled_ppo"
     advantage: AdvantageEstimator = "grpo"
+    # How the advantage reaches the turns of a multi-turn episode (docs/algorithms.md):
+    # episode = one group-relative advantage for every turn; turn_return = reward-to-go over turns
+    # minus the group's mean at that turn index; turn_group = GiGPO-style, the episode advantage
+    # plus a group-relative one among the turns that acted from the same state
+    credit: CreditAssignment = "episode"
+    gamma: float = Field(default=1.0, gt=0, le=1)  # discount over turns of the reward-to-go (turn_*)
+    turn_group_weight: float = Field(default=1.0, ge=0)  # weight of the turn-level term (turn_group)
     aggregation: Aggregation = "token"  # token: sum / loss tokens in the batch; sequence: mean of means
     clip_eps: float = Field(default=0.2, ge=0, lt=1)  # PPO lower clip (1 - eps)
     clip_eps_hi: float = Field(default=0.28, ge=0)  # PPO upper clip (1 + eps_hi); also CISPO's weight cap
@@ -60,6 +68,11 @@ class LearnerConfig(_Section):
     grad_accumulation: int = Field(default=1, ge=1)  # at least this many micro-batches per optimizer step
     # optimizer steps per train_step, each on a slice of the batch (PPO-style); the version bumps once
     minibatches: int = Field(default=1, ge=1)
+    # torch CPU threads of the trainer (and the warm start); None = every core. On a loaded machine
+    # 1 is far faster for small models: torch's threads spin-wait for each other at every op, and
+    # a descheduled one stalls the rest (measured under load 17 on 2 cores, tiny model: 14.6 s per
+    # SFT step with 2 threads, 1.3-2.1 s with 1)
+    threads: int | None = Field(default=None, ge=1)
 
 
 class ModelSourceConfig(_Section):
@@ -120,9 +133,13 @@ class ScheduleConfig(_Section):
 
 
 class SFTConfig(_Section):
-    """Warm start: supervised training on the env's scripted expert before RL."""
+    """Warm start: supervised training on a scripted player of the env before RL."""
 
     episodes: int = Field(0, ge=0)  # 0 = no warm start
+    # "expert" (env.expert_action) or one of the env's reference policies, e.g. "random": a warm
+    # start that learns the format from it but no strategy
+    policy: str = "expert"
+    successful_only: bool = True  # train only on episodes that solved the task
     epochs: int = Field(1, ge=1)
     batch_size: int = Field(8, ge=1)
     lr: float = Field(1e-3, gt=0)
@@ -215,7 +232,7 @@ class TrainConfig(_Section):
         examples/guess_number.yaml: sync 45.7 s with a 2-thread server vs 38.3 s with 1; async
         43.3 s with a 1/1 split vs 33.3 s with server 1, trainer 2.
         """
-        return self.server.threads or max(1, cores // 2), cores
+        return self.server.threads or max(1, cores // 2), self.learner.threads or cores
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:

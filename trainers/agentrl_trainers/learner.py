@@ -74,7 +74,9 @@ class Learner:
         """One policy update on `groups`; returns scalar metrics. Bumps `version` by one."""
         started = time.perf_counter()
         c = self.config
-        samples = build_samples(groups, c.advantage)
+        samples = build_samples(
+            groups, c.advantage, c.credit, gamma=c.gamma, turn_group_weight=c.turn_group_weight
+        )
         if not samples:
             raise InvalidArgumentError(
                 "train_step got no trajectory with sampled tokens; the buffer should drop such groups"
@@ -119,7 +121,7 @@ class Learner:
             "padded_tokens": float(padded),
             "sequences": float(len(samples)),
             "micro_batches": float(micro_batches),
-            "advantage_abs_mean": float(np.mean([abs(s.advantage) for s in samples])),
+            "advantage_abs_mean": float(np.mean([s.advantage_abs_mean for s in samples])),
             "train_seconds": seconds,
             "train_tokens_per_s": sum(len(s.token_ids) for s in samples) / max(seconds, 1e-9),
             "version": float(self.version),

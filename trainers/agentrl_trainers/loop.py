@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from agentrl.errors import AgentRLError, PolicyError
-from agentrl.rollout.evaluate import evaluate_server
+from agentrl.rollout.evaluate import evaluate_references, evaluate_server
 from agentrl.rollout.manager import EnvManager
 from agentrl.rollout.stats import RolloutStats
 from agentrl.serving.checkpoint import init_checkpoint
@@ -111,6 +111,7 @@ class TrainResult:
     wall_time: float
     warm_start_success: float | None = None
     final_success: float | None = None
+    references: dict[str, float] = field(default_factory=dict)  # reference policy -> eval success
     plots: list[Path] = field(default_factory=list)
 
 
@@ -169,7 +170,7 @@ def prepare_model(config: TrainConfig, paths: RunPaths, log: Any = print) -> Pat
     done = paths.sft / "DONE"
     if done.is_file():
         return paths.sft
-    log(f"warm start: SFT on {config.sft.episodes} expert episodes of {config.env.id}")
+    log(f"warm start: SFT on {config.sft.episodes} {config.sft.policy!r} episodes of {config.env.id}")
     tmp = paths.sft.with_name("sft.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     result = asyncio.run(
@@ -185,6 +186,8 @@ def prepare_model(config: TrainConfig, paths: RunPaths, log: Any = print) -> Pat
             env_kwargs=config.env.kwargs,
             max_turns=config.env.max_turns,
             seed=config.seed,
+            player=config.sft.policy,
+            only_successful=config.sft.successful_only,
         )
     )
     (tmp / "DONE").write_text(json.dumps(result.__dict__) + "\n")
@@ -300,6 +303,7 @@ class TrainingRun:
         (paths.root / "config.yaml").write_text(_dump_yaml(config))
         torch.manual_seed(config.seed)
         np.random.seed(config.seed)
+        torch.set_num_threads(config.cpu_threads(len(os.sched_getaffinity(0)))[1])  # for the warm start
         start_dir = prepare_model(config, paths, self._log)
         return asyncio.run(self._run_async(start_dir, latest if self.resume else None))
 
@@ -405,6 +409,7 @@ class TrainingRun:
                 await buffer.put(group)
 
         if state["step"] == 0 and schedule.eval_episodes > 0:
+            result.references = await self._evaluate_references(writer)
             success = await self._evaluate(url, learner.version, writer, 0, 0.0)
             result.warm_start_success = success
         # Wall-clock counts from the first rollout (the warm-start evaluation is not training).
@@ -517,6 +522,24 @@ class TrainingRun:
         if recorder is None:
             return None
         return lambda trajectory: recorder.evaluation_episode(step, version, trajectory)
+
+    async def _evaluate_references(self, writer: MetricsWriter) -> dict[str, float]:
+        """The env's reference policies on the eval seeds, logged once as `reference/NAME`."""
+        config = self.config
+        reports = await evaluate_references(
+            config.env.id,
+            config.schedule.eval_episodes,
+            seed_offset=config.schedule.eval_seed_offset,
+            env_kwargs=config.env.kwargs,
+            max_turns=config.env.max_turns,
+        )
+        rates = {name: report.success_rate for name, report in reports.items()}
+        if rates:
+            writer.log(0, {f"reference/{name}": rate for name, rate in rates.items()})
+            self._log(
+                "reference policies on the eval seeds: " + ", ".join(f"{n} {r:.1%}" for n, r in rates.items())
+            )
+        return rates
 
     def _save_checkpoint(
         self, learner: Learner, tokenizer_dir: Path, step: int, next_seed: int, wall: float

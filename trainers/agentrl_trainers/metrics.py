@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 PLOTTED = ("reward_mean", "success_rate", "eval_success_rate")
+REFERENCE_PREFIX = "reference/"  # reference policies' eval success, drawn as horizontal lines
 
 
 class MetricsWriter:
@@ -69,13 +70,23 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 
 def plot_metrics(records: Iterable[Mapping[str, Any]], out_dir: str | Path) -> list[Path]:
-    """Plot reward and success against step and against wall-clock; return the PNG paths."""
+    """Plot reward and success against step and against wall-clock; return the PNG paths.
+
+    The held-out success panel also shows each reference policy (`reference/NAME` records) as a
+    horizontal line, so the model's curve is read against its floor and ceiling.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     records = list(records)
+    references = {
+        key.removeprefix(REFERENCE_PREFIX): value
+        for r in records
+        for key, value in r.items()
+        if key.startswith(REFERENCE_PREFIX) and isinstance(value, int | float)
+    }
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -85,7 +96,12 @@ def plot_metrics(records: Iterable[Mapping[str, Any]], out_dir: str | Path) -> l
             points = [(r[axis], r[key]) for r in records if axis in r and isinstance(r.get(key), int | float)]
             if points:
                 xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, marker="o" if len(points) < 30 else None, markersize=3)
+                ax.plot(xs, ys, marker="o" if len(points) < 30 else None, markersize=3, label="model")
+            if key == "eval_success_rate" and references:
+                for index, (name, rate) in enumerate(sorted(references.items(), key=lambda kv: kv[1])):
+                    ax.axhline(rate, color=f"C{index + 1}", linestyle="--", linewidth=1, label=name)
+                ax.set_ylim(0, 1.02)
+                ax.legend(fontsize=7, loc="best")
             ax.set_xlabel(label)
             ax.set_title(key)
             ax.grid(alpha=0.3)
@@ -94,7 +110,31 @@ def plot_metrics(records: Iterable[Mapping[str, Any]], out_dir: str | Path) -> l
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)
+    if references:
+        written.append(_plot_eval_vs_references(records, references, out_dir / "eval_success.png", plt))
     return written
+
+
+def _plot_eval_vs_references(
+    records: list[Mapping[str, Any]], references: dict[str, float], path: Path, plt: Any
+) -> Path:
+    """Held-out success over training, with each reference policy as a horizontal line."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    points = [(r["step"], r["eval_success_rate"]) for r in records if "eval_success_rate" in r]
+    if points:
+        xs, ys = zip(*points, strict=True)
+        ax.plot(xs, ys, marker="o", color="C0", label="model (held-out)")
+    for index, (name, rate) in enumerate(sorted(references.items(), key=lambda kv: kv[1])):
+        ax.axhline(rate, color=f"C{index + 1}", linestyle="--", linewidth=1, label=f"{name} {rate:.0%}")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("held-out success rate")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def _plain(value: Any) -> Any:

@@ -1,10 +1,13 @@
-"""Warm start: supervised fine-tuning on an env's scripted expert, tokenized as RL will see it.
+"""Warm start: supervised fine-tuning on an env's scripted player, tokenized as RL will see it.
 
 A freshly initialised model cannot produce `<answer>5</answer>`, so RL from scratch would see
-only format errors. A short SFT pass on expert episodes teaches the action format (and a little
-of the strategy) so that RL starts from a policy that sometimes succeeds.
+only format errors. A short SFT pass on scripted episodes teaches the action format so that RL
+starts from a policy that sometimes succeeds. The player is the env's expert by default, which
+also teaches some of the strategy; any of the env's reference policies can be used instead
+(`sft.policy`), e.g. "random" for a warm start that knows the format and nothing else, so what
+RL adds on top is the use of the env's feedback.
 
-The expert episodes are played by the real `EnvManager` with `ExpertTokenPolicy`, which lays out
+The scripted episodes are played by the real `EnvManager` with `ScriptedTokenPolicy`, which lays out
 each turn's tokens with the same `TokenLedger` the RL policy client uses (the action is the
 encoded text followed by the end-of-turn token, what the engine samples when it stops). So the
 SFT sequences are the RL trajectories' token layout by construction, and the loss is on the
@@ -38,18 +41,21 @@ TOKENIZER_FILES = (
 )
 
 
-class ExpertTokenPolicy:
-    """The env's scripted expert, emitting the exact token bookkeeping of the policy client."""
+class ScriptedTokenPolicy:
+    """A scripted player (the env's expert or one of its reference policies), emitting the exact
+    token bookkeeping of the policy client."""
 
-    def __init__(self, tokenizer: ChatTokenizer) -> None:
+    def __init__(self, tokenizer: ChatTokenizer, player: str = "expert") -> None:
         self.tokenizer = tokenizer
+        self.player = player
         self._ledgers: dict[str, TokenLedger] = {}
 
     async def __call__(self, request: PolicyInput) -> PolicyOutput:
         ledger = self._ledgers.setdefault(request.episode_id, TokenLedger(self.tokenizer))
         messages = [dict(m) for m in request.messages]
         prompt = ledger.next_prompt(messages, tools=request.tools)
-        text = request.env.expert_action()
+        env = request.env
+        text = env.expert_action() if self.player == "expert" else env.reference_action(self.player)
         action = ledger.action_tokens(text)
         ledger.record(prompt, action, messages_seen=len(messages))
         return PolicyOutput(
@@ -74,11 +80,12 @@ async def collect_expert_trajectories(
     env_kwargs: dict | None = None,
     max_turns: int | None = None,
     only_successful: bool = True,
+    player: str = "expert",
 ) -> list[Trajectory]:
-    """Play `episodes` expert episodes (seeds `seed_start`...) and return the usable ones."""
+    """Play `episodes` scripted episodes (seeds `seed_start`...) and return the usable ones."""
     manager = EnvManager(
         env_id,
-        ExpertTokenPolicy(tokenizer),
+        ScriptedTokenPolicy(tokenizer, player),
         group_size=1,
         max_concurrency=32,
         max_turns=max_turns,
@@ -165,11 +172,25 @@ async def warm_start(
     env_kwargs: dict | None = None,
     max_turns: int | None = None,
     seed: int = 0,
+    player: str = "expert",
+    only_successful: bool = True,
 ) -> SFTResult:
-    """Load `base_dir`, train it on expert episodes, write a servable checkpoint to `out_dir`."""
+    """Load `base_dir`, train it on `player`'s episodes, write a servable checkpoint to `out_dir`.
+
+    `only_successful` keeps the episodes that solved the task; turn it off for a random player,
+    whose successful episodes alone would teach some strategy (in GuessNumber their last guess
+    agrees with every hint).
+    """
     tokenizer = ChatTokenizer(base_dir)
     trajectories = await collect_expert_trajectories(
-        env_id, tokenizer, episodes, seed_start=seed_start, env_kwargs=env_kwargs, max_turns=max_turns
+        env_id,
+        tokenizer,
+        episodes,
+        seed_start=seed_start,
+        env_kwargs=env_kwargs,
+        max_turns=max_turns,
+        only_successful=only_successful,
+        player=player,
     )
     torch.manual_seed(seed)
     model = CausalLM.from_pretrained(base_dir)

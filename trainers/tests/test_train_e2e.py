@@ -56,10 +56,16 @@ def test_train_runs_end_to_end(tmp_path: Path, mode: str, rollout: str) -> None:
         assert 0 < r["timeline/engine_busy_frac"] <= 1 and 0 <= r["timeline/trainer_idle_frac"] < 1
         assert r["timeline/rollout_wait_s"] == pytest.approx(r["trainer_wait_s"])
         assert r["timeline/train_s"] > 0 and r["timeline/weight_sync_s"] > 0
+    # The env's reference policies were played once on the eval seeds and plotted beside the model.
+    references = {"random", "random_distinct", "random_in_hints", "expert"}
+    assert set(result.references) == references and result.references["expert"] == 1.0
+    logged = {k.removeprefix("reference/") for r in records if r["step"] == 0 for k in r}
+    assert references <= logged
     assert {p.name for p in result.plots} == {
         "metrics_vs_step.png",
         "metrics_vs_wall_time.png",
         "timeline.png",
+        "eval_success.png",
     }
     assert all(p.stat().st_size > 1000 for p in result.plots)
     checkpoints = sorted(p.name for p in (run / "checkpoints").iterdir())

@@ -6,7 +6,9 @@ A game subclasses `TextGame` and writes only its rules:
 - `parse_move(text)` turns the text inside the answer tags into a move, raising `BadAnswer`
   (with a short reason the agent will read) when it cannot;
 - `play(move)` applies a legal move and returns a `Result`;
-- `expert_move()` / `random_move()` return move texts for the scripted policies.
+- `expert_move()` / `random_move()` return move texts for the scripted policies; both are also
+  the reference policies "expert" and "random" (`reference_policies`), and a game adds its own
+  by extending `reference_policies` and `reference_move`.
 
 Parsing rule: the agent answers with `<answer>...</answer>`; tags are case-insensitive and may
 contain spaces (`< ANSWER >`), the content is stripped. The LAST complete answer block wins,
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -82,6 +84,11 @@ class TextGame(Env, Generic[Move]):
 
     #: Turn limit used when the constructor is not given one.
     default_max_turns: int = 10
+
+    reference_policies: ClassVar[dict[str, str]] = {
+        "random": "a random move in the right format, ignoring every observation",
+        "expert": "the scripted expert",
+    }
 
     def __init__(
         self,
@@ -181,3 +188,18 @@ class TextGame(Env, Generic[Move]):
     def sample_action(self) -> str:
         """A random plausible action text (the random policy's move)."""
         return answer(self.random_move(self._action_rng))
+
+    def reference_move(self, name: str, rng: np.random.Generator) -> str:
+        """The move text of reference policy `name`; a game with more references overrides this
+        for its names and defers to `super()` for the rest."""
+        if name == "random":
+            return self.random_move(rng)
+        if name == "expert":
+            return self.expert_move()
+        return Env.reference_action(self, name)  # raises UnknownReferencePolicy
+
+    def reference_action(self, name: str) -> str:
+        """Reference policy `name`'s action; its randomness comes from the episode's action stream."""
+        if name not in self.reference_policies:
+            return super().reference_action(name)
+        return answer(self.reference_move(name, self._action_rng))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -26,7 +26,18 @@ class GuessNumberEnv(TextGame[int]):
     an integer; `-step_cost` (0 by default) for a wrong guess. A guess outside [lo, hi] is a legal
     (wasted) guess and gets the same higher/lower hint. Truncated after `max_turns` guesses,
     which defaults to the binary-search worst case plus one, so the expert always succeeds.
+
+    Reference policies, from floor to ceiling (1-10, 5 turns: about 41%, 50%, 91%, 100%): "random"
+    and "random_distinct" never read a hint, so a model must beat them to show it uses the env's
+    feedback; "random_in_hints" reads the hints but has no strategy; "expert" is binary search.
     """
+
+    reference_policies: ClassVar[dict[str, str]] = {
+        "random": "uniform in [lo, hi], right format, ignores every hint",
+        "random_distinct": "uniform over the numbers not guessed yet, ignores every hint",
+        "random_in_hints": "uniform within the interval the hints leave open",
+        "expert": "binary search",
+    }
 
     def __init__(self, *, lo: int = 1, hi: int = 10, max_turns: int | None = None, **kwargs: Any) -> None:
         if hi < lo:
@@ -43,6 +54,7 @@ class GuessNumberEnv(TextGame[int]):
     def new_game(self) -> str:
         self.target = int(self.np_random.integers(self.lo, self.hi + 1))
         self.low, self.high = self.lo, self.hi  # the interval the hints so far leave open
+        self.guessed: set[int] = set()
         return f"Guess {self.lo} to {self.hi}."
 
     def parse_move(self, text: str) -> int:
@@ -51,6 +63,7 @@ class GuessNumberEnv(TextGame[int]):
         return int(text)
 
     def play(self, move: int) -> Result:
+        self.guessed.add(move)
         if move == self.target:
             return Result("Correct!", success=True)
         if move < self.target:
@@ -67,6 +80,14 @@ class GuessNumberEnv(TextGame[int]):
 
     def random_move(self, rng: np.random.Generator) -> str:
         return str(int(rng.integers(self.lo, self.hi + 1)))
+
+    def reference_move(self, name: str, rng: np.random.Generator) -> str:
+        if name == "random_distinct":
+            fresh = [n for n in range(self.lo, self.hi + 1) if n not in self.guessed]
+            return str(int(rng.choice(fresh))) if fresh else self.random_move(rng)
+        if name == "random_in_hints":
+            return str(int(rng.integers(self.low, self.high + 1)))
+        return super().reference_move(name, rng)
 
 
 GUESS_NUMBER = EnvSpec(
