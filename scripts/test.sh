@@ -13,6 +13,7 @@ bash scripts/setup_browser.sh    # Chromium + chromedriver for the viewer's brow
 export AGENTRL_REQUIRE_BROWSER=1
 
 "$PYTHON" -m ruff check .
+"$PYTHON" -m ruff format --check .
 "$PYTHON" -m mypy   # strict on the contracts and the rollout side (files in pyproject.toml)
 bash scripts/check_light_install.sh
 

@@ -11,8 +11,13 @@ from agentrl.tokenizer import ChatTokenizer
 
 
 def test_checkpoint_directory_has_the_hf_files(ckpt):
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                 "generation_config.json"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    ):
         assert (ckpt / name).is_file(), name
     cfg = json.loads((ckpt / "config.json").read_text())
     assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["head_dim"] in (32, 64)

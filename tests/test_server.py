@@ -76,9 +76,10 @@ async def test_token_route_weights_health_and_metrics(ckpt, tokenizer, tmp_path)
 
 
 async def test_bad_requests_get_4xx_with_a_message(ckpt, tokenizer):
-    async with running_server(TorchEngine.from_pretrained(ckpt), tokenizer) as url, httpx.AsyncClient(
-        base_url=url
-    ) as http:
+    async with (
+        running_server(TorchEngine.from_pretrained(ckpt), tokenizer) as url,
+        httpx.AsyncClient(base_url=url) as http,
+    ):
         r = await http.post("/v1/generate", content=b"{not json")
         assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
         r = await http.post("/v1/generate", json={"prompt_token_ids": [1], "temperature": -1})

@@ -34,7 +34,7 @@ def stub_solution(task: Task) -> str:
     return f"def {task.entry_point}(*args, **kwargs):\n    return None\n"
 
 
-OFF_BY_ONE = '''
+OFF_BY_ONE = """
 def _nudge(value):
     if isinstance(value, bool):
         return not value
@@ -56,7 +56,7 @@ _reference = {entry}
 
 def {entry}(*args, **kwargs):
     return _nudge(_reference(*args, **kwargs))
-'''
+"""
 
 
 def off_by_one_solution(task: Task) -> str:

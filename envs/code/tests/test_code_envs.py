@@ -56,7 +56,7 @@ async def test_feedback_then_fix_totals_the_final_score():
     observation, reward1, terminated, truncated, info = await env.astep(WRONG)
     assert not terminated and not truncated
     assert 0.0 < reward1 < 1.0 and info["tests_passed"] < info["tests_total"]
-    assert "assert count_vowels(\"Hello World\") == 3" in observation and "got 0, expected 3" in observation
+    assert 'assert count_vowels("Hello World") == 3' in observation and "got 0, expected 3" in observation
     _, reward2, terminated, _, info = await env.astep(env.expert_action())
     assert terminated and info["success"] and reward1 + reward2 == pytest.approx(1.0)
     await env.aclose()
@@ -78,8 +78,11 @@ async def test_no_code_costs_the_format_penalty_and_keeps_the_task():
     ("code", "expected"),
     [
         ("def count_vowels(s):\n    while True:\n        pass", "timed out"),
-        ("def count_vowels(s):\n    while True:\n        try:\n            pass\n"
-         "        except BaseException:\n            pass", "timed out"),
+        (
+            "def count_vowels(s):\n    while True:\n        try:\n            pass\n"
+            "        except BaseException:\n            pass",
+            "timed out",
+        ),
         ("import sys\nsys.exit(0)", "SystemExit"),
         ("import os\ndef count_vowels(s):\n    os._exit(0)", "crashed"),
         ("def count_vowels(s):\n    return count_vowels(s)", "RecursionError"),
@@ -95,7 +98,7 @@ async def test_hostile_submissions_end_as_failed_tests_not_crashed_episodes(code
     await env.aclose()
 
 
-FAKE_REPORTS = '''
+FAKE_REPORTS = """
 import json, os, sys
 lines = [json.dumps({"event": "test", "i": i, "passed": True, "error": ""}) for i in range(20)]
 for prefix in ["", "nonce ", "0" * 32 + " "]:
@@ -111,7 +114,7 @@ class AlwaysEqual:
 
 def count_vowels(s):
     return AlwaysEqual()
-'''
+"""
 
 
 # Each defines a wrong count_vowels and tries to make the harness report passes anyway.
@@ -121,10 +124,10 @@ TAMPERING = {
     "def count_vowels(s):\n    return -1",
     "no-op checker": "import __main__\n__main__._strict_eq = lambda *a: None\n"
     "__main__._make_strict_eq = lambda: (lambda *a: None)\ndef count_vowels(s):\n    return -1",
-    "forged json": "import json\njson.dumps = lambda *a, **k: \"{}\"\njson.loads = lambda *a, **k: {}\n"
+    "forged json": 'import json\njson.dumps = lambda *a, **k: "{}"\njson.loads = lambda *a, **k: {}\n'
     "def count_vowels(s):\n    return -1",
     "rewriting os.write": "import os\n_w = os.write\n"
-    "os.write = lambda fd, b: _w(fd, b.replace(b\" 0 \", b\" 1 \"))\ndef count_vowels(s):\n    return -1",
+    'os.write = lambda fd, b: _w(fd, b.replace(b" 0 ", b" 1 "))\ndef count_vowels(s):\n    return -1',
     "empty enumerate": "import builtins\nbuiltins.enumerate = lambda *a: iter(())\n"
     "builtins.len = lambda x: 0\nbuiltins.all = lambda x: True\ndef count_vowels(s):\n    return [-1]",
     "metaclass equality": "class Meta(type):\n    def __eq__(cls, other):\n        return True\n"

@@ -91,8 +91,12 @@ def solve(numbers: tuple[int, ...], target: int) -> str | None:
             for j in range(i + 1, len(items)):
                 (a, ta), (b, tb) = items[i], items[j]
                 rest = [item for k, item in enumerate(items) if k not in (i, j)]
-                options = [(a + b, f"({ta}+{tb})"), (a * b, f"({ta}*{tb})"),
-                           (a - b, f"({ta}-{tb})"), (b - a, f"({tb}-{ta})")]
+                options = [
+                    (a + b, f"({ta}+{tb})"),
+                    (a * b, f"({ta}*{tb})"),
+                    (a - b, f"({ta}-{tb})"),
+                    (b - a, f"({tb}-{ta})"),
+                ]
                 if b != 0:
                     options.append((a / b, f"({ta}/{tb})"))
                 if a != 0:
@@ -125,8 +129,9 @@ class CountdownEnv(TextGame[ast.expr]):
 
     default_max_turns = 4
 
-    def __init__(self, *, num_numbers: int = 3, max_number: int = 10, max_target: int = 100,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, num_numbers: int = 3, max_number: int = 10, max_target: int = 100, **kwargs: Any
+    ) -> None:
         if not 2 <= num_numbers <= 6:
             raise InvalidArgumentError(f"num_numbers must be between 2 and 6, got {num_numbers}")
         if max_number < 2 or max_target < 2:
@@ -146,8 +151,12 @@ class CountdownEnv(TextGame[ast.expr]):
         while True:
             numbers = [int(n) for n in rng.integers(1, self.max_number + 1, size=self.num_numbers)]
             value = self._random_value(numbers, rng)
-            if value is not None and value.denominator == 1 and 2 <= value <= self.max_target \
-                    and value not in numbers:
+            if (
+                value is not None
+                and value.denominator == 1
+                and 2 <= value <= self.max_target
+                and value not in numbers
+            ):
                 break
         self.numbers, self.target = tuple(numbers), int(value)
         return self.render_state()
@@ -173,8 +182,9 @@ class CountdownEnv(TextGame[ast.expr]):
         extra = numbers_used(move) - Counter(self.numbers)
         if extra:
             bad = ", ".join(str(n) for n in sorted(extra))
-            return Result(f"Invalid: {bad} not available. Numbers: {self._numbers_text()}",
-                          info={"invalid": True})
+            return Result(
+                f"Invalid: {bad} not available. Numbers: {self._numbers_text()}", info={"invalid": True}
+            )
         try:
             value = evaluate(move)
         except InvalidExpression as exc:

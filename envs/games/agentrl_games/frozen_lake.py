@@ -32,8 +32,9 @@ class FrozenLakeEnv(TextGame[str]):
     is a hole, < 1).
     """
 
-    def __init__(self, *, size: int = 4, hole_prob: float = 0.2, max_turns: int | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, size: int = 4, hole_prob: float = 0.2, max_turns: int | None = None, **kwargs: Any
+    ) -> None:
         if size < 2:
             raise InvalidArgumentError(f"size must be >= 2, got {size}")
         if not 0.0 <= hole_prob < 1.0:
@@ -112,8 +113,12 @@ class FrozenLakeEnv(TextGame[str]):
                 return path[::-1]
             for direction in DIRECTIONS:
                 nxt = shift(cell, direction)
-                if (0 <= nxt[0] < self.size and 0 <= nxt[1] < self.size and nxt not in parents
-                        and not self.holes[nxt]):
+                if (
+                    0 <= nxt[0] < self.size
+                    and 0 <= nxt[1] < self.size
+                    and nxt not in parents
+                    and not self.holes[nxt]
+                ):
                     parents[nxt] = (cell, direction)
                     frontier.append(nxt)
         return None

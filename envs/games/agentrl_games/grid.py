@@ -7,8 +7,16 @@ from agentrl_games.base import BadAnswer
 Cell = tuple[int, int]  # (row, column)
 
 DIRECTIONS: dict[str, Cell] = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
-_ALIASES = {"u": "up", "d": "down", "l": "left", "r": "right", "north": "up", "south": "down",
-            "west": "left", "east": "right"}
+_ALIASES = {
+    "u": "up",
+    "d": "down",
+    "l": "left",
+    "r": "right",
+    "north": "up",
+    "south": "down",
+    "west": "left",
+    "east": "right",
+}
 
 
 def parse_direction(text: str) -> str:

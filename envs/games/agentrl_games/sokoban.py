@@ -281,7 +281,6 @@ SOKOBAN = EnvSpec(
 SOKOBAN_8X8 = EnvSpec(
     id="games/Sokoban8x8-v0",
     entry_point=SokobanEnv,
-    kwargs={"width": 8, "height": 8, "num_boxes": 2, "wall_prob": 0.1, "min_solution": 6,
-            "max_solution": 30},
+    kwargs={"width": 8, "height": 8, "num_boxes": 2, "wall_prob": 0.1, "min_solution": 6, "max_solution": 30},
     description="Procedurally generated solvable 8x8 Sokoban with 2 boxes and inner walls.",
 )

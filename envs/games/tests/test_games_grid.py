@@ -21,8 +21,11 @@ def replay(level: Level, state, plan: list[str]):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{}, {"width": 8, "height": 8, "num_boxes": 2, "wall_prob": 0.1, "min_solution": 6, "max_solution": 30},
-     {"width": 7, "height": 5, "num_boxes": 2}],
+    [
+        {},
+        {"width": 8, "height": 8, "num_boxes": 2, "wall_prob": 0.1, "min_solution": 6, "max_solution": 30},
+        {"width": 7, "height": 5, "num_boxes": 2},
+    ],
 )
 def test_sokoban_levels_are_solvable_by_bfs(kwargs):
     env = SokobanEnv(**kwargs)
