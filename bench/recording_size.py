@@ -5,7 +5,7 @@
 Reads every episode of a store (e.g. one written by `agentrl rollout ... --record STORE_DIR`),
 then prints, per 1,000 episodes: the store's bytes on disk, the bytes of the same episodes as
 JSON lines (every Trajectory field, numbers as JSON) uncompressed and gzipped, and the seconds
-to list the store (summaries) and to decode every episode. The figures in notes/h16-readme.md
+to list the store (summaries) and to decode every episode. The figures in the README
 came from this script.
 """
 
