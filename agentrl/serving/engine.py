@@ -67,15 +67,14 @@ from agentrl.serving.engine_api import (
     EngineDead,
     EngineOverloaded,
     GenerationChunk,
-    InvalidRequest,
     StaleVersion,
     check_version,
 )
 from agentrl.serving.model import CausalLM
+from agentrl.serving.request_checks import check_request
 from agentrl.serving.sampling import sample
 from agentrl.serving.weights import check_state_dict, read_checkpoint_tensors
 
-MAX_TOP_LOGPROBS = 20
 INITIAL_ROWS, INITIAL_CAPACITY = 8, 256
 
 
@@ -367,28 +366,8 @@ class TorchEngine:
             raise EngineDead(self._dead)
 
     def _validate(self, prompt: list[int], p: SamplingParams) -> None:
-        if not prompt:
-            raise InvalidRequest("prompt_token_ids is empty")
-        if len(prompt) >= self.max_len:
-            raise InvalidRequest(f"prompt has {len(prompt)} tokens; the context holds {self.max_len}")
-        bad = [t for t in prompt if not 0 <= t < self.cfg.vocab_size]
-        if bad:
-            raise InvalidRequest(f"token ids out of range [0, {self.cfg.vocab_size}): {bad[:5]}")
-        bad_stop = [t for t in p.stop_token_ids if not 0 <= t < self.cfg.vocab_size]
-        if bad_stop:
-            raise InvalidRequest(f"stop_token_ids out of range [0, {self.cfg.vocab_size}): {bad_stop[:5]}")
-        if p.max_tokens < 1:
-            raise InvalidRequest(f"max_tokens must be >= 1, got {p.max_tokens}")
-        if not (p.temperature >= 0 and p.temperature != float("inf")):
-            raise InvalidRequest(f"temperature must be a finite number >= 0, got {p.temperature}")
-        if not 0 < p.top_p <= 1:
-            raise InvalidRequest(f"top_p must be in (0, 1], got {p.top_p}")
-        if not 0 <= p.top_logprobs <= MAX_TOP_LOGPROBS:
-            raise InvalidRequest(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {p.top_logprobs}")
-        if p.seed is not None and not -(2**63) <= p.seed < 2**63:
-            raise InvalidRequest(f"seed must fit in a signed 64-bit integer, got {p.seed}")
-        if p.stop and self.decode is None:
-            raise InvalidRequest("stop strings need a tokenizer; this engine has none")
+        vocab, can_decode = self.cfg.vocab_size, self.decode is not None
+        check_request(prompt, p, context_len=self.max_len, vocab_size=vocab, can_decode=can_decode)
 
     def _read_and_check(self, source: str | Path | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         state = read_checkpoint_tensors(source) if isinstance(source, str | Path) else source

@@ -270,10 +270,6 @@ def _safetensors_body(state_dict: Mapping[str, torch.Tensor]) -> bytes:
     """Serialize a state dict once per storage: tied weights (lm_head = embeddings) go once."""
     from safetensors.torch import save
 
-    unique: dict[str, Any] = {}
-    seen: set[int] = set()
-    for name, tensor in state_dict.items():
-        if tensor.data_ptr() not in seen:
-            seen.add(tensor.data_ptr())
-            unique[name] = tensor.detach().contiguous().cpu()
-    return save(unique)
+    from agentrl.serving.weights import distinct_tensors
+
+    return save(distinct_tensors(state_dict))

@@ -1,9 +1,9 @@
-"""The checks a generation request passes before it reaches vLLM, worded like the embedded engine's.
+"""The checks a generation request passes before it reaches an engine: one function for both.
 
 vLLM's engine core is a separate process, and some inputs it does not expect (an id outside the
-vocabulary, a seed beyond 64 bits) fail there instead of failing one request. So `VLLMEngine`
-refuses them first, with the same `InvalidRequest` messages (HTTP 400) as `TorchEngine._validate`,
-so both backends answer a bad request alike.
+vocabulary, a seed beyond 64 bits) fail there instead of failing one request; the embedded engine
+would fail mid-step. Both engines call `check_request` first, so they refuse a bad request with
+the same `InvalidRequest` message (HTTP 400).
 """
 
 from __future__ import annotations

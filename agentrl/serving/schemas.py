@@ -13,12 +13,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentrl.generation import SamplingParams
+from agentrl.serving.request_checks import MAX_TOP_LOGPROBS
 from agentrl.serving.tools import ToolMessageFields, ToolRequestFields
 
 MAX_N = 16  # choices per prompt
 MAX_PROMPTS = 64  # prompts in one /v1/completions request
 MAX_STOP = 16  # stop strings
-MAX_TOP_LOGPROBS = 20
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 StopString = Annotated[str, Field(min_length=1, max_length=256)]

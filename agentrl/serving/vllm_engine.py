@@ -47,7 +47,7 @@ from agentrl.serving.engine_api import (
     check_version,
 )
 from agentrl.serving.request_checks import check_request
-from agentrl.serving.weights import check_state_dict, read_checkpoint_tensors
+from agentrl.serving.weights import check_state_dict, distinct_tensors, read_checkpoint_tensors
 
 if TYPE_CHECKING:
     import torch
@@ -473,14 +473,8 @@ def _save_state_dict(state_dict: Mapping[str, torch.Tensor], directory: Path, *,
 
     # A tied output head is the embedding: HF checkpoints omit it, and safetensors stores a
     # storage once, so drop it (and any other alias of an already-saved tensor).
-    tensors: dict[str, torch.Tensor] = {}
-    seen: set[int] = set()
-    for name, tensor in state_dict.items():
-        if (tied_head and name == TIED_HEAD) or tensor.data_ptr() in seen:
-            continue
-        seen.add(tensor.data_ptr())
-        tensors[name] = tensor.detach().contiguous().cpu()
-    save_file(tensors, str(directory / "model.safetensors"))
+    skip = frozenset({TIED_HEAD}) if tied_head else frozenset()
+    save_file(distinct_tensors(state_dict, skip), str(directory / "model.safetensors"))
 
 
 def _cuda_available() -> bool:

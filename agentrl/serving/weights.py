@@ -19,6 +19,21 @@ from agentrl.serving.engine_api import InvalidRequest
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some HF checkpoints carry; recomputed here
 
 
+def distinct_tensors(
+    state_dict: Mapping[str, torch.Tensor], skip: frozenset[str] = frozenset()
+) -> dict[str, torch.Tensor]:
+    """Each storage once (a tied output head aliases the embedding), contiguous and on the CPU,
+    as safetensors wants them; names in `skip` are left out too."""
+    tensors: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in state_dict.items():
+        if name in skip or tensor.data_ptr() in seen:
+            continue
+        seen.add(tensor.data_ptr())
+        tensors[name] = tensor.detach().contiguous().cpu()
+    return tensors
+
+
 def read_checkpoint_tensors(path: str | Path) -> dict[str, torch.Tensor]:
     """Every tensor of a checkpoint directory's *.safetensors files (one file or shards)."""
     from safetensors import SafetensorError
