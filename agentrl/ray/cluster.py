@@ -33,6 +33,7 @@ from types import ModuleType
 from typing import Any
 
 from agentrl.errors import AgentRLError
+from agentrl.serving.process import free_port
 
 RAY_HINT = 'Ray is not installed: pip install "agentrl[ray]"'
 AUTH_ENV = {"RAY_AUTH_MODE": "token"}
@@ -123,7 +124,7 @@ class LoopbackCluster:
         self.token_path = self.temp_dir / "auth_token"
         self.token_path.write_text(secrets.token_hex(32))
         self.token_path.chmod(0o600)
-        self.port = _free_port()
+        self.port = free_port()
 
     @property
     def address(self) -> str:
@@ -197,14 +198,6 @@ def _ray_executable() -> str:
     if found is None:
         raise RayUnavailable(RAY_HINT)
     return found
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _proc_table() -> dict[int, tuple[int, str]]:

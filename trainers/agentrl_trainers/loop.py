@@ -497,8 +497,7 @@ class TrainingRun:
                 env_kwargs=config.env.kwargs,
                 max_turns=config.env.max_turns,
                 concurrency=config.env.concurrency,
-                retry_for=config.server.startup_timeout + 30.0,
-                api_key=os.environ.get(API_KEY_ENV),
+                **client_options(config),
                 on_trajectory=hook,
             )
         writer.log(
@@ -568,10 +567,13 @@ def make_client(url: str, tokenizer_dir: Path, config: TrainConfig, *, temperatu
     params = SamplingParams(
         max_tokens=config.sampling.max_tokens, temperature=temperature, top_p=config.sampling.top_p
     )
-    # Retry long enough to ride out a policy-server restart (see ServerSupervisor).
-    retry_for = config.server.startup_timeout + 30.0
-    api_key = os.environ.get(API_KEY_ENV)  # the child server got the same keys from the environment
-    return PolicyClient(url, tokenizer_dir, sampling=params, retry_for=retry_for, api_key=api_key)
+    return PolicyClient(url, tokenizer_dir, sampling=params, **client_options(config))
+
+
+def client_options(config: TrainConfig) -> dict[str, Any]:
+    """What every policy client of a run needs: retries long enough to ride out a policy-server
+    restart (see ServerSupervisor), and the API key the child server got from the environment."""
+    return {"retry_for": config.server.startup_timeout + 30.0, "api_key": os.environ.get(API_KEY_ENV)}
 
 
 class _SeedCounter(Iterator[int]):
