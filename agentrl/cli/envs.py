@@ -23,10 +23,10 @@ import typer
 import yaml
 from gymnasium.utils.env_checker import check_env
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from agentrl import registry
+from agentrl.cli.progress import episode_progress
 from agentrl.core import Env
 from agentrl.errors import AgentRLError, UnknownEnvError
 from agentrl.generation import SamplingParams
@@ -283,13 +283,7 @@ def rollout(
     except (AgentRLError, ValueError) as exc:
         raise _fail(str(exc)) from None
 
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    )
+    progress = episode_progress(console)
     bar = progress.add_task(env_id, total=groups * width)
     writer = _open_store(record)
 

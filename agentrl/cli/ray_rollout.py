@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from agentrl.cli.progress import episode_progress
 from agentrl.errors import AgentRLError
 from agentrl.generation import SamplingParams
 from agentrl.ray.cluster import connect
@@ -57,13 +57,7 @@ def rollout_on_ray(
     `on_trajectory` sees every trajectory of every delivered group, in the driver."""
     spec = ManagerSpec(env_id, **manager)
     width = spec.group_size + spec.redundancy
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    )
+    progress = episode_progress(console)
     bar = progress.add_task(f"{env_id} on Ray ({workers} workers)", total=len(seeds) * width)
 
     async def play() -> tuple[ManagerStats, list[Trajectory], float]:
