@@ -28,19 +28,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import math
 import random
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl.errors import ConfigError, InvalidArgumentError, PolicyError
+from agentrl.errors import InvalidArgumentError, PolicyError
 from agentrl.generation import GenerationResult, SamplingParams
 from agentrl.serving.engine_api import EngineOverloaded, GenerationChunk, InvalidRequest, check_version
 from agentrl.sim.distributions import Distribution, sample_int
+from agentrl.sim.profiles import profile_from_mapping, read_profile
 
 
 @dataclass(frozen=True)
@@ -76,20 +76,12 @@ class LatencyProfile:
     @classmethod
     def load(cls, path: str | Path) -> LatencyProfile:
         """Read a profile file: its `engine` section (or the whole file if it has none)."""
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"cannot read latency profile {path}: {exc}") from exc
+        data = read_profile(path, "latency")
         return cls.from_mapping(data.get("engine", data), where=str(path))
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str = "latency profile") -> LatencyProfile:
-        required = [f.name for f in fields(cls) if f.default is MISSING]
-        missing = [name for name in required if name not in data]
-        if missing:
-            raise ConfigError(f"{where} lacks {missing}")
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return profile_from_mapping(cls, data, where)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -15,13 +15,13 @@ action token of every trajectory.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError
+from agentrl.sim.profiles import profile_from_mapping, read_profile
 from agentrl.trajectory import TrajectoryGroup
 
 
@@ -39,21 +39,14 @@ class TrainerProfile:
     @classmethod
     def load(cls, path: str | Path) -> TrainerProfile:
         """Read the `trainer` section of a profile file."""
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"cannot read trainer profile {path}: {exc}") from exc
+        data = read_profile(path, "trainer")
         if "trainer" not in data:
             raise ConfigError(f"{path} has no 'trainer' section")
         return cls.from_mapping(data["trainer"], where=str(path))
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str = "trainer profile") -> TrainerProfile:
-        missing = [f.name for f in fields(cls) if f.default is MISSING and f.name not in data]
-        if missing:
-            raise ConfigError(f"{where} lacks {missing}")
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return profile_from_mapping(cls, data, where)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
