@@ -91,11 +91,20 @@ def test_replay_detects_a_batch_that_differs_from_the_one_trained_on(
     original = Recording.batch_groups
 
     def tampered(self: Recording, step: int) -> list:
+        # Returns 0, 1, 2, 3 in every group: four distinct values, so the group-normalised
+        # advantages cannot equal the recorded ones (success rewards take at most two values,
+        # and z-scores are blind to any affine change, so "+1 on one episode" can be invisible).
         groups = original(self, step)
-        groups[0].trajectories[0].turns[-1].reward += 1.0  # a different reward, a different advantage
+        for group in groups:
+            for episode_return, trajectory in enumerate(group.trajectories):
+                for turn in trajectory.turns:
+                    turn.reward = 0.0
+                trajectory.turns[-1].reward = float(episode_return)
         return groups
 
     monkeypatch.setattr(Recording, "batch_groups", tampered)
     result = replay_step(run, 1)
-    assert result.target.replayed["loss"] != result.target.logged["loss"]
+    # The loss alone can match: at importance ratio 1 it is minus the token-weighted mean advantage,
+    # zero for any z-scored group whose episodes have equal lengths. The gradient norm cannot.
+    assert result.target.replayed["grad_norm"] != result.target.logged["grad_norm"]
     assert not result.target.matches(0.0)
