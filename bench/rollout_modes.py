@@ -1,7 +1,7 @@
 """Rollout and training schedules side by side on one modelled engine: the papers' speedups, reproduced.
 
     python bench/rollout_modes.py [--quick] [--profile bench/profiles/h100-7b-assumed.json]
-                                  [--out runs/rollout_modes] [--steps 6] [--envs 256]
+                                  [--out runs/rollout_modes] [--steps 20] [--envs 256]
 
 MODELLED, not measured: the engine is `LatencyEngine` (step times from `--profile`; the default
 profile's numbers are assumptions for a 7B model on one H100, stated in the file), the trainer is
@@ -32,16 +32,21 @@ Modes (rows), every one a full loop of `--steps` optimizer steps at equal sample
                      25% more groups, stops once a step's worth is done, and re-rolls the cut-off
                      groups together in dedicated long rounds (env.speculative_groups); vs (a) = off
 
-Columns: trajectories trained per second (= steps/hour x samples per step / 3600), the engine's
-busy fraction, the never-idle bound in trajectories/s (finished episodes over the run's engine
-work done back to back at the largest batch the profile allows: prefill tokens x prefill cost +
-decode tokens / saturated decode tokens per second), the engine's utilisation against that
-bound (that work over the elapsed time: 100% = never idle and always a full batch), and the
-ratio to (a).
+Columns, every rate over the steady window (from the end of step `--warmup` to the end of the
+last step, so a pipeline's start-up and the rollouts still in flight at the end count against no
+mode): trajectories trained per second (= steps/hour x samples per step / 3600), the engine's
+busy fraction, the never-idle bound in trajectories/s (episodes finished in the window over the
+window's engine work done back to back at the largest batch the profile allows: prefill tokens x
+prefill cost + decode tokens / saturated decode tokens per second), util = throughput over that
+bound, which is "full" (that work over the elapsed time: 1 = never idle, always a full batch) x
+"kept" (trained over finished episodes: below 1 when groups are dropped as stale), and the ratio
+to (a). After the tables, one verdict per target of the issue: which rows meet it, or by how much
+each falls short, and why.
 
-Writes OUT/results.csv, OUT/throughput_vs_envs.png and OUT/throughput_vs_staleness.png.
-`--quick` runs the headline rows only at 256 envs (under two minutes) and prints the agentic and
-RLVR ratios on its last line.
+Writes OUT/results.csv, OUT/throughput_vs_envs.png and OUT/throughput_vs_staleness.png
+(`--tail-sweep`: OUT/rlvr_tail_sweep.csv and .png).
+`--quick` runs the headline rows only at 256 envs, 12 steps (under two minutes) and prints the
+agentic and RLVR ratios on its last line.
 """
 
 from __future__ import annotations
