@@ -29,7 +29,7 @@ TRAINER = TrainerProfile("t", "assumed", step_base_s=1.0, step_per_token_s=0.0)
 BATCH, EXTRA, GROUP = 4, 2, 2
 
 
-async def train(steps: int) -> dict:
+async def train(steps: int, *, dynamic_filter: bool = False) -> dict:
     engine = LatencyEngine(
         ENGINE, response_tokens=LogNormal(50, 1.5, cap=5000), eos_token_id=2, token_pool=range(3, 100)
     )
@@ -45,7 +45,9 @@ async def train(steps: int) -> dict:
         batch_groups=BATCH,
         speculative_groups=EXTRA,
     )
-    buffer = StalenessBuffer(BATCH, 0, group_size=GROUP, speculative_groups=EXTRA)
+    buffer = StalenessBuffer(
+        BATCH, 0, group_size=GROUP, speculative_groups=EXTRA, dynamic_filter=dynamic_filter
+    )
     learner = SimulatedLearner(TRAINER)
     admitted: list[int] = []
     put: list[TrajectoryGroup] = []
@@ -110,6 +112,15 @@ def test_short_rounds_defer_exactly_their_extra_groups():
     # each short round (BATCH + EXTRA tasks) stops at BATCH groups; the round after the last step
     # may be under way
     assert metrics["buffer/deferred_groups"] in (EXTRA * short_rounds, EXTRA * (short_rounds + 1))
+
+
+def test_rounds_short_of_a_batch_after_drops_are_made_up_not_deadlocked():
+    # rewards are 0/1 at random: with groups of 2, about half the groups have zero variance and
+    # the dynamic filter drops them, so most rounds keep fewer than a batch
+    out = run_virtual(train(steps=8, dynamic_filter=True))
+    assert out["metrics"]["buffer/dropped_zero_variance"] > 0
+    assert len(out["trained"]) == 8 * BATCH and len(set(out["trained"])) == len(out["trained"])
+    assert out["staleness"] == [0] * len(out["trained"])
 
 
 async def test_rollout_tail_batching_needs_synchronous_rounds_and_known_deferrals():
