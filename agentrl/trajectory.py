@@ -127,6 +127,9 @@ class TrajectoryGroup:
     seed: int | None
     trajectories: list[Trajectory]
     cancelled: int = 0  # redundant rollouts dropped after the group had enough
+    # rollout-side tail batching: the group was cut off unfinished (its batch had its quota) and
+    # carries no trajectories; its task is to be re-rolled in a long round (EnvManager)
+    deferred: bool = False
 
     @property
     def rewards(self) -> list[float]:

@@ -1,7 +1,7 @@
 """Rollout and training schedules side by side on one modelled engine: the papers' speedups, reproduced.
 
     python bench/rollout_modes.py [--quick] [--profile bench/profiles/h100-7b-assumed.json]
-                                  [--out runs/rollout_modes] [--steps 6] [--envs 256]
+                                  [--out runs/rollout_modes] [--steps 20] [--envs 256]
 
 MODELLED, not measured: the engine is `LatencyEngine` (step times from `--profile`; the default
 profile's numbers are assumptions for a 7B model on one H100, stated in the file), the trainer is
@@ -28,18 +28,25 @@ Modes (rows), every one a full loop of `--steps` optimizer steps at equal sample
   (d) queue          RLVR: rollout="async" groups queued one by one vs (a)'s batch dispatch
   (e) +async-train-k (b)/(c)/(d) with max_staleness k = 1, 2, 4 (envs in flight up to
                      (k + 1) x batch, as the admission rule allows)
-  (f) tail-batching  RLVR, queue + async training k=2, buffer tail batching on vs off
+  (f) tail-batching  rollout-side tail batching (RollPacker) on (a): each synchronous batch launches
+                     25% more groups, stops once a step's worth is done, and re-rolls the cut-off
+                     groups together in dedicated long rounds (env.speculative_groups); vs (a) = off
 
-Columns: trajectories trained per second (= steps/hour x samples per step / 3600), the engine's
-busy fraction, the never-idle bound in trajectories/s (finished episodes over the run's engine
-work done back to back at the largest batch the profile allows: prefill tokens x prefill cost +
-decode tokens / saturated decode tokens per second), the engine's utilisation against that
-bound (that work over the elapsed time: 100% = never idle and always a full batch), and the
-ratio to (a).
+Columns, every rate over the steady window (from the end of step `--warmup` to the end of the
+last step, so a pipeline's start-up and the rollouts still in flight at the end count against no
+mode): trajectories trained per second (= steps/hour x samples per step / 3600), the engine's
+busy fraction, the never-idle bound in trajectories/s (episodes finished in the window over the
+window's engine work done back to back at the largest batch the profile allows: prefill tokens x
+prefill cost + decode tokens / saturated decode tokens per second), util = throughput over that
+bound, which is "full" (that work over the elapsed time: 1 = never idle, always a full batch) x
+"kept" (trained over finished episodes: below 1 when groups are dropped as stale), and the ratio
+to (a). After the tables, one verdict per target of the issue: which rows meet it, or by how much
+each falls short, and why.
 
-Writes OUT/results.csv, OUT/throughput_vs_envs.png and OUT/throughput_vs_staleness.png.
-`--quick` runs the headline rows only at 256 envs (under two minutes) and prints the agentic and
-RLVR ratios on its last line.
+Writes OUT/results.csv, OUT/throughput_vs_envs.png and OUT/throughput_vs_staleness.png
+(`--tail-sweep`: OUT/rlvr_tail_sweep.csv and .png).
+`--quick` runs the headline rows only at 256 envs, 12 steps (under two minutes) and prints the
+agentic and RLVR ratios on its last line.
 """
 
 from __future__ import annotations
@@ -132,10 +139,11 @@ class Mode:
     rollout: str = "async"
     redundancy: int = 0
     max_staleness: int = 0
-    tail_batching: bool = False
+    tail_extra: float = 0.0  # rollout-side tail batching: extra groups per batch, share of a step
 
 
 SYNC = Mode("(a) sync", rollout="batch")
+TAIL = Mode("(f) sync +tail-batching 25%", rollout="batch", tail_extra=0.25)
 
 
 def modes_for(workload: Workload, staleness: tuple[int, ...]) -> list[Mode]:
@@ -147,42 +155,130 @@ def modes_for(workload: Workload, staleness: tuple[int, ...]) -> list[Mode]:
         rows += [
             Mode(f"(e) queue +redundant +async-train-{k}", redundancy=2, max_staleness=k) for k in staleness
         ]
-        rows += [Mode("(f) queue +async-train-2 +tail-batching", max_staleness=2, tail_batching=True)]
+        rows += [TAIL]
         return rows
     rows = [SYNC, Mode("(b) env-async"), Mode("(c) env-async +redundant", redundancy=2)]
     rows += [Mode(f"(e) env-async +async-train-{k}", max_staleness=k) for k in staleness]
     rows += [
         Mode(f"(e) env-async +redundant +async-train-{k}", redundancy=2, max_staleness=k) for k in staleness
     ]
+    rows += [TAIL]
     return rows
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Cumulative counters at the end of an optimizer step (or at the start, step 0)."""
+
+    time: float
+    trained: int  # trajectories trained so far
+    finished: int  # episodes the envs ended (terminated/truncated), trained or not
+    prefilled: int  # engine counters
+    generated: int
+    decode_tokens: int
+    decode_context: int
+    engine_busy_s: float
+    trainer_busy_s: float
 
 
 @dataclass
 class Result:
+    """One run. Rates are taken over the steady window: from the end of step `warmup` to the end
+    of the last step, so the start-up of a pipeline (and, for async, the rollouts still in flight
+    when the run stops) does not count against any mode."""
+
     workload: str
     mode: Mode
     envs: int
     steps: int
-    seconds: float
-    trajectories: int
-    engine_busy: float
-    trainer_busy: float
-    ideal_traj_per_s: float
-    engine_work_s: float  # the run's engine work at the largest batch the profile allows
+    warmup: int
+    marks: list[Mark]
+    engine_profile: LatencyProfile
     wall_s: float
 
     @property
+    def _window(self) -> tuple[Mark, Mark]:
+        return self.marks[self.warmup], self.marks[-1]
+
+    @property
+    def seconds(self) -> float:
+        first, last = self._window
+        return last.time - first.time
+
+    @property
+    def run_seconds(self) -> float:
+        return self.marks[-1].time
+
+    @property
     def traj_per_s(self) -> float:
-        return self.trajectories / self.seconds
+        """Trajectories trained per second in the steady window."""
+        first, last = self._window
+        return (last.trained - first.trained) / self.seconds
+
+    @property
+    def run_traj_per_s(self) -> float:
+        """The same over the whole run, start-up included."""
+        return self.marks[-1].trained / self.run_seconds
 
     @property
     def steps_per_hour(self) -> float:
-        return 3600 * self.steps / self.seconds
+        return 3600 * (self.steps - self.warmup) / self.seconds
+
+    @property
+    def engine_busy(self) -> float:
+        first, last = self._window
+        return (last.engine_busy_s - first.engine_busy_s) / self.seconds
+
+    @property
+    def trainer_busy(self) -> float:
+        first, last = self._window
+        return (last.trainer_busy_s - first.trainer_busy_s) / self.seconds
+
+    @property
+    def engine_work_s(self) -> float:
+        """The window's engine work done back to back at the largest batch the profile allows:
+        prefill tokens x prefill cost + decode tokens / saturated decode tokens per second."""
+        first, last = self._window
+        profile = self.engine_profile
+        decoded = last.decode_tokens - first.decode_tokens
+        mean_context = (last.decode_context - first.decode_context) / max(decoded, 1)
+        prefill = (last.prefilled - first.prefilled) * profile.prefill_per_token_s
+        return prefill + (last.generated - first.generated) / profile.saturated_tokens_per_s(mean_context)
+
+    @property
+    def ideal_traj_per_s(self) -> float:
+        """The never-idle bound: episodes the window finished over its engine work at full batch,
+        i.e. the trajectories/s of an engine that is never idle and always runs a full batch."""
+        first, last = self._window
+        return (last.finished - first.finished) / max(self.engine_work_s, 1e-9)
 
     @property
     def util(self) -> float:
-        """Engine time used at full-batch efficiency over elapsed time: 1.0 = never idle, full batches."""
+        """Throughput as a fraction of the never-idle bound (trained over finished x full-batch work
+        over elapsed time): below 1 for idle engine time, batches below full, and finished
+        episodes that were never trained (stale drops, groups still waiting)."""
+        return self.traj_per_s / self.ideal_traj_per_s
+
+    @property
+    def kept_frac(self) -> float:
+        """Trained over finished episodes in the window: below 1 when finished groups are dropped
+        (stale past max_staleness) or still wait in the buffer."""
+        first, last = self._window
+        return (last.trained - first.trained) / max(last.finished - first.finished, 1)
+
+    @property
+    def full_batch_frac(self) -> float:
+        """The window's engine work at full batch over its elapsed time (util = this x kept_frac)."""
         return self.engine_work_s / self.seconds
+
+    @property
+    def rollout_s_per_step(self) -> float:
+        """Seconds per step the trainer was not training (waiting for rollouts, weight sync)."""
+        return (1 - self.trainer_busy) * self.seconds / (self.steps - self.warmup)
+
+    @property
+    def train_s_per_step(self) -> float:
+        return self.trainer_busy * self.seconds / (self.steps - self.warmup)
 
 
 async def run_loop(
@@ -192,6 +288,7 @@ async def run_loop(
     steps: int,
     engine_profile: LatencyProfile,
     trainer: TrainerProfile,
+    warmup: int,
 ) -> Result:
     """One training run: the real manager and buffer, the modelled engine, envs and learner."""
     loop = asyncio.get_running_loop()
@@ -202,6 +299,7 @@ async def run_loop(
     policy = EnginePolicy(engine, word_ids, sampling=SamplingParams(max_tokens=workload.max_tokens))
     groups_per_step = max(1, envs // workload.group_size)
     width = workload.group_size + mode.redundancy
+    speculative = max(1, round(mode.tail_extra * groups_per_step)) if mode.tail_extra else 0
     env_seeds = itertools.count()
 
     def make_env() -> LatencyEnv:
@@ -214,17 +312,18 @@ async def run_loop(
         )
 
     buffer = StalenessBuffer(
-        groups_per_step, mode.max_staleness, dynamic_filter=False, tail_batching=mode.tail_batching
+        groups_per_step, mode.max_staleness, dynamic_filter=False, speculative_groups=speculative
     )
     manager = EnvManager(
         make_env,
         policy,
         group_size=workload.group_size,
         redundancy=mode.redundancy,
-        max_concurrency=width * groups_per_step * (mode.max_staleness + 1),
+        max_concurrency=width * (groups_per_step + speculative) * (mode.max_staleness + 1),
         max_turns=workload.max_turns,
         rollout=mode.rollout,  # type: ignore[arg-type]
         batch_groups=groups_per_step,
+        speculative_groups=speculative,
     )
     learner = SimulatedLearner(trainer)
 
@@ -232,10 +331,25 @@ async def run_loop(
         async for group in manager.stream(buffer.admitted(itertools.count())):
             await buffer.put(group)
 
+    def mark() -> Mark:
+        stats = engine.stats
+        return Mark(
+            loop.time() - started,
+            trained,
+            manager.stats.finished,
+            stats.prefilled_tokens,
+            stats.generated_tokens,
+            stats.decode_tokens,
+            stats.decode_context_tokens,
+            stats.busy_s,
+            learner.busy_s,
+        )
+
     wall = time.perf_counter()
     started = loop.time()
     producer = asyncio.create_task(produce())
     trained = 0
+    marks = [mark()]
     try:
         for _ in range(steps):
             groups = await buffer.get_batch(groups_per_step, learner.version)
@@ -243,30 +357,21 @@ async def run_loop(
             await learner.train_step(groups)
             await engine.update_weights(None, learner.version)
             await buffer.set_version(learner.version)
-        seconds = loop.time() - started
+            marks.append(mark())
     finally:
         producer.cancel()
         await asyncio.gather(producer, return_exceptions=True)
         await buffer.close()
         await manager.aclose()
         await engine.stop()
-    stats = engine.stats
-    mean_context = stats.decode_context_tokens / max(stats.decode_tokens, 1)
-    engine_work = stats.prefilled_tokens * engine_profile.prefill_per_token_s + stats.generated_tokens / (
-        engine_profile.saturated_tokens_per_s(mean_context)
-    )
-    finished = manager.stats.finished
     return Result(
         workload=workload.name,
         mode=mode,
         envs=envs,
         steps=steps,
-        seconds=seconds,
-        trajectories=trained,
-        engine_busy=stats.busy_s / seconds,
-        trainer_busy=learner.busy_s / seconds,
-        ideal_traj_per_s=finished / max(engine_work, 1e-9),
-        engine_work_s=engine_work,
+        warmup=warmup,
+        marks=marks,
+        engine_profile=engine_profile,
         wall_s=time.perf_counter() - wall,
     )
 
@@ -281,15 +386,19 @@ FIELDS = [
     "envs",
     "max_staleness",
     "redundancy",
-    "tail_batching",
+    "tail_extra",
     "steps",
+    "warmup_steps",
     "modelled_seconds",
     "traj_per_s",
+    "run_traj_per_s",
     "steps_per_hour",
     "engine_busy_frac",
     "trainer_busy_frac",
     "ideal_traj_per_s",
     "engine_util",
+    "full_batch_frac",
+    "kept_frac",
     "ratio_vs_a",
     "wall_s",
 ]
@@ -303,31 +412,140 @@ def row(result: Result, baseline: Result | None) -> dict[str, Any]:
         "envs": result.envs,
         "max_staleness": m.max_staleness,
         "redundancy": m.redundancy,
-        "tail_batching": m.tail_batching,
+        "tail_extra": m.tail_extra,
         "steps": result.steps,
-        "modelled_seconds": round(result.seconds, 1),
+        "warmup_steps": result.warmup,
+        "modelled_seconds": round(result.run_seconds, 1),
         "traj_per_s": round(result.traj_per_s, 3),
+        "run_traj_per_s": round(result.run_traj_per_s, 3),
         "steps_per_hour": round(result.steps_per_hour, 1),
         "engine_busy_frac": round(result.engine_busy, 3),
         "trainer_busy_frac": round(result.trainer_busy, 3),
         "ideal_traj_per_s": round(result.ideal_traj_per_s, 3),
         "engine_util": round(result.util, 3),
+        "full_batch_frac": round(result.full_batch_frac, 3),
+        "kept_frac": round(result.kept_frac, 3),
         "ratio_vs_a": round(result.traj_per_s / baseline.traj_per_s, 3) if baseline else "",
         "wall_s": round(result.wall_s, 1),
     }
 
 
 def print_table(title: str, results: list[Result]) -> None:
-    baseline = results[0]
-    print(f"\n== {title} (MODELLED: {results[0].envs} envs = samples per step, {results[0].steps} steps)")
-    head = ("traj/s", "steps/h", "busy", "trainer", "bound", "util", "vs (a)")
+    first = results[0]
+    print(
+        f"\n== {title} (MODELLED: {first.envs} envs = samples per step, {first.steps} steps, rates over "
+        f"steps {first.warmup + 1}-{first.steps})"
+    )
+    head = ("traj/s", "steps/h", "busy", "trainer", "bound", "util", "=full", "x kept", "vs (a)")
     print(f"{'mode':<44} " + " ".join(f"{h:>8}" for h in head))
     for r in results:
         print(
             f"{r.mode.label:<44} {r.traj_per_s:>8.2f} {r.steps_per_hour:>8.1f} {r.engine_busy:>8.0%} "
-            f"{r.trainer_busy:>8.0%} {r.ideal_traj_per_s:>8.2f} {r.util:>8.0%} "
-            f"{r.traj_per_s / baseline.traj_per_s:>7.2f}x"
+            f"{r.trainer_busy:>8.0%} {r.ideal_traj_per_s:>8.2f} {r.util:>8.1%} {r.full_batch_frac:>8.1%} "
+            f"{r.kept_frac:>8.1%} {r.traj_per_s / first.traj_per_s:>7.2f}x"
         )
+
+
+# The issue's targets (the papers' figures): see docs/performance.md, "Targets".
+AGENTIC_TARGET = 2.72  # ROLL Flash, agentic: env-level async vs the synchronous baseline
+UTIL_TARGET = 0.90  # ... with the engine at >= 90% of the never-idle bound
+RLVR_TARGET = 2.24  # ROLL Flash, RLVR: queue scheduling + async vs the synchronous baseline
+LOOP_TARGET = 2.0  # async training >= 2x sync in optimizer steps/h at equal samples per step
+
+
+def _find(results: list[Result], prefix: str, staleness: int, redundancy: int = 0) -> Result | None:
+    return next(
+        (
+            r
+            for r in results
+            if r.mode.label.startswith(prefix)
+            and r.mode.max_staleness == staleness
+            and r.mode.redundancy == redundancy
+            and not r.mode.tail_extra
+        ),
+        None,
+    )
+
+
+def _short(value: float, target: float) -> str:
+    return "meets it" if value >= target else f"short by {1 - value / target:.1%}"
+
+
+def verdicts(tables: dict[str, list[Result]]) -> list[str]:
+    """One line per target: which rows meet it, or by how much the closest falls short, and why."""
+    lines = []
+    if "agentic" in tables:
+        results = tables["agentic"]
+        base = results[0]
+        rows = [r for r in results[1:] if r.mode.rollout == "async"]
+        met = [r for r in rows if r.traj_per_s / base.traj_per_s >= AGENTIC_TARGET and r.util >= UTIL_TARGET]
+        desc = ", ".join(f"{r.mode.label} {r.traj_per_s / base.traj_per_s:.2f}x at {r.util:.1%}" for r in met)
+        lines.append(
+            f"target agentic (env-level async >= {AGENTIC_TARGET}x sync, util >= {UTIL_TARGET:.0%}): "
+            + (f"MET by {desc}" if met else "NOT MET")
+        )
+        for r in rows:
+            if r not in met:
+                ratio = r.traj_per_s / base.traj_per_s
+                lines.append(
+                    f"    {r.mode.label}: {ratio:.2f}x ({_short(ratio, AGENTIC_TARGET)}), util {r.util:.1%} "
+                    f"({_short(r.util, UTIL_TARGET)})"
+                )
+    if "rlvr" in tables:
+        results = tables["rlvr"]
+        base = results[0]
+        rows = [r for r in results[1:] if r.mode.rollout == "async" and r.mode.max_staleness > 0]
+        met = [r for r in rows if r.traj_per_s / base.traj_per_s >= RLVR_TARGET]
+        desc = ", ".join(f"{r.mode.label} {r.traj_per_s / base.traj_per_s:.2f}x" for r in met)
+        lines.append(
+            f"target RLVR (queue scheduling + async >= {RLVR_TARGET}x sync): "
+            + (f"MET by {desc}" if met else "NOT MET")
+        )
+        for r in rows:
+            if r not in met:
+                ratio = r.traj_per_s / base.traj_per_s
+                lines.append(
+                    f"    {r.mode.label}: {ratio:.2f}x ({_short(ratio, RLVR_TARGET)}), util {r.util:.1%}"
+                )
+        lines.append(
+            f"    why: sync batch dispatch runs at {base.util:.1%} of its never-idle bound "
+            f"({base.ideal_traj_per_s:.2f} traj/s), so a mode at 100% of that bound is at most "
+            f"{1 / base.util:.2f}x; (e)'s ratio = its util / sync's util x the ratio of the two bounds"
+        )
+    for name, results in tables.items():
+        tail = next((r for r in results if r.mode.tail_extra), None)
+        if tail is not None:
+            ratio = tail.traj_per_s / results[0].traj_per_s
+            lines.append(
+                f"(f) {name}: rollout-side tail batching ({tail.mode.tail_extra:.0%} extra groups, long "
+                f"rounds) on vs off, both sync: {results[0].traj_per_s:.2f} -> {tail.traj_per_s:.2f} "
+                f"traj/s = {ratio:.2f}x (RollPacker: 2.03-2.56x with its other parts), util "
+                f"{results[0].util:.1%} -> {tail.util:.1%}"
+            )
+    for name, prefix in (("agentic", "(b)"), ("rlvr", "(d)")):
+        results = tables.get(name, [])
+        sync, rollout_only, full = results[:1], _find(results, prefix, 0), _find(results, "(e)", 2)
+        if not sync or rollout_only is None or full is None:
+            continue
+        system = full.steps_per_hour / sync[0].steps_per_hour
+        isolated = full.steps_per_hour / rollout_only.steps_per_hour
+        rollout_s, train_s = rollout_only.rollout_s_per_step, rollout_only.train_s_per_step
+        overlap = (rollout_s + train_s) / max(rollout_s, train_s)
+        lines.append(
+            f"target full loop, {name} (async >= {LOOP_TARGET:.0f}x sync, optimizer steps/h, equal "
+            "samples/step): "
+            f"system (a) -> (e)-2: {sync[0].steps_per_hour:.1f} -> {full.steps_per_hour:.1f} steps/h = "
+            f"{system:.2f}x ({_short(system, LOOP_TARGET)}); training only, {prefix} -> (e)-2 on the same "
+            f"rollout: {rollout_only.steps_per_hour:.1f} -> {full.steps_per_hour:.1f} = {isolated:.2f}x "
+            f"({_short(isolated, LOOP_TARGET)})"
+        )
+        lines.append(
+            f"    pure-overlap bound of the training-only comparison: (R + T) / max(R, T) with {prefix}'s "
+            f"R = {rollout_s:.1f} s rollout wait and T = {train_s:.1f} s training per step = {overlap:.2f}x "
+            f"(never above 2x); measured {isolated:.2f}x: the rest is the batch barrier async training "
+            f"also removes (the next step's rollouts start before this step's stragglers end)"
+        )
+    return lines
 
 
 def plot(out: Path, rows: list[dict[str, Any]]) -> list[Path]:
@@ -354,7 +572,7 @@ def plot(out: Path, rows: list[dict[str, Any]]) -> list[Path]:
             and r["workload"] in ("agentic", "rlvr")
             and str(r["mode"]).startswith(("(b)", "(d)", "(e)"))
             and int(r["redundancy"]) == 0
-            and str(r["tail_batching"]) in ("False", "false")
+            and float(r.get("tail_extra") or 0) == 0
         ],
         "max_staleness",
     )
@@ -389,6 +607,96 @@ def plot(out: Path, rows: list[dict[str, Any]]) -> list[Path]:
     return paths
 
 
+TAIL_SWEEP_MODES = (
+    replace(SYNC, label="(a) sync, batch dispatch"),
+    Mode("(e) queue +async-train-2", max_staleness=2),
+    Mode("(e) queue +redundant +async-train-2", redundancy=2, max_staleness=2),
+)
+
+
+def tail_sweep(
+    sigmas: list[float],
+    sizes: list[int],
+    steps: int,
+    warmup: int,
+    engine_profile: LatencyProfile,
+    trainer: TrainerProfile,
+    token_scale: float,
+) -> list[dict[str, Any]]:
+    """RLVR's ratio to (a) as the response-length tail (lognormal sigma) and the batch change:
+    what bounds it is how much of its never-idle bound the sync baseline reaches."""
+    rows = []
+    print(
+        f"\n== RLVR vs response-length tail and envs (MODELLED, {steps} steps, rates over "
+        f"{warmup + 1}-{steps})"
+    )
+    for sigma in sigmas:
+        tokens = RLVR.response_tokens
+        assert isinstance(tokens, LogNormal)
+        workload = scale_tokens(replace(RLVR, response_tokens=replace(tokens, sigma=sigma)), token_scale)
+        for n in sizes:
+            results = [
+                simulate(workload, m, n, steps, engine_profile, trainer, warmup) for m in TAIL_SWEEP_MODES
+            ]
+            base = results[0]
+            for r in results:
+                rows.append(row(r, base) | {"response_sigma": sigma})
+            print(
+                f"sigma {sigma:.1f} {n:>5} envs: sync {base.traj_per_s:.2f} traj/s at {base.util:.1%} of its "
+                "bound; "
+                + "; ".join(
+                    f"{r.mode.label} {r.traj_per_s / base.traj_per_s:.2f}x at {r.util:.1%}"
+                    for r in results[1:]
+                )
+            )
+    return rows
+
+
+def plot_tail_sweep(out: Path, rows: list[dict[str, Any]]) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for (mode, envs), points in sorted(
+        _series(rows, ("mode", "envs"), "response_sigma", "ratio_vs_a").items()
+    ):
+        if mode.startswith("(a)"):
+            continue
+        style = "-" if "redundant" not in mode else "--"
+        left.plot(*zip(*points, strict=True), style, marker="o", label=f"{mode}, {envs} envs")
+    left.axhline(RLVR_TARGET, color="grey", lw=0.8, ls=":", label=f"ROLL Flash {RLVR_TARGET}x")
+    left.set_xlabel("response-length lognormal sigma (median 1000 tokens)")
+    left.set_ylabel("traj/s over (a) sync")
+    left.set_title("RLVR ratio to sync (MODELLED)")
+    for (mode, envs), points in sorted(
+        _series(rows, ("mode", "envs"), "response_sigma", "engine_util").items()
+    ):
+        if mode.startswith("(a)") or mode == "(e) queue +async-train-2":
+            right.plot(*zip(*points, strict=True), marker="o", label=f"{mode}, {envs} envs")
+    right.set_xlabel("response-length lognormal sigma")
+    right.set_ylabel("fraction of the never-idle bound")
+    right.set_title("engine utilisation (MODELLED)")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "rlvr_tail_sweep.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _series(
+    rows: list[dict[str, Any]], keys: tuple[str, ...], x: str, y: str
+) -> dict[tuple[Any, ...], list[tuple[float, float]]]:
+    out: dict[tuple[Any, ...], list[tuple[float, float]]] = {}
+    for r in rows:
+        out.setdefault(tuple(r[k] for k in keys), []).append((float(r[x]), float(r[y])))
+    return {k: sorted(v) for k, v in out.items()}
+
+
 def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)  # tables appear as each finishes, also in a log file
     parser = argparse.ArgumentParser(
@@ -398,6 +706,9 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, default=DEFAULT_PROFILE)
     parser.add_argument("--out", type=Path, default=Path("runs/rollout_modes"))
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps per run")
+    parser.add_argument(
+        "--warmup", type=int, default=4, help="steps left out of the rates (pipeline start-up)"
+    )
     parser.add_argument("--envs", type=int, default=256, help="envs (= samples per step) of the mode tables")
     parser.add_argument(
         "--sweep", default="64,256,1024,4096,8192", help="env counts of the throughput plot ('' = none)"
@@ -407,9 +718,15 @@ def main() -> None:
     )
     parser.add_argument("--tables", default="agentic,agentic-rare,rlvr", help="workloads of the mode tables")
     parser.add_argument(
-        "--sweep-steps", type=int, default=3, help="optimizer steps per point of the env sweep"
+        "--sweep-steps", type=int, default=6, help="optimizer steps per point of the env sweep"
     )
     parser.add_argument("--sweep-modes", default="a,e", help="modes of the env sweep: a, b and/or e")
+    parser.add_argument(
+        "--tail-sweep",
+        default="",
+        help="RLVR response-length sigmas to sweep, e.g. 0.5,0.7,0.9,1.1,1.3 (OUT/rlvr_tail_sweep.csv, .png)",
+    )
+    parser.add_argument("--tail-sweep-envs", default="64,256,1024", help="env counts of the tail sweep")
     parser.add_argument("--replot", nargs="+", type=Path, help="only redraw the plots from these results.csv")
     args = parser.parse_args()
     if args.replot:
@@ -433,21 +750,34 @@ def main() -> None:
             writer.writerows(rows)
 
     if args.quick:
-        steps = args.steps or 4
+        steps = args.steps or 12
         plan = {
-            "agentic": [SYNC, Mode("(e) env-async +async-train-2", max_staleness=2)],
+            "agentic": [
+                SYNC,
+                Mode("(b) env-async"),
+                Mode("(e) env-async +async-train-2", max_staleness=2),
+                Mode("(e) env-async +async-train-4", max_staleness=4),
+                Mode("(e) env-async +redundant +async-train-2", redundancy=2, max_staleness=2),
+                TAIL,
+            ],
             "rlvr": [
                 replace(SYNC, label="(a) sync, batch dispatch"),
+                Mode("(d) queue scheduling"),
                 Mode("(e) queue +async-train-2", max_staleness=2),
+                Mode("(e) queue +redundant +async-train-2", redundancy=2, max_staleness=2),
+                TAIL,
             ],
         }
     else:
-        steps = args.steps or 6
+        steps = args.steps or 20
         names = [n for n in args.tables.split(",") if n]
         plan = {name: modes_for(WORKLOADS[name], (1, 2, 4)) for name in names}
     workloads = {name: scale_tokens(w, args.token_scale) for name, w in WORKLOADS.items()}
     for name, modes in plan.items():
-        results = [simulate(workloads[name], m, args.envs, steps, engine_profile, trainer) for m in modes]
+        warmup = min(args.warmup, steps - 1)
+        results = [
+            simulate(workloads[name], m, args.envs, steps, engine_profile, trainer, warmup) for m in modes
+        ]
         tables[name] = results
         print_table(name, results)
         rows.extend(row(r, results[0]) for r in results)
@@ -471,6 +801,7 @@ def main() -> None:
                     args.sweep_steps,
                     engine_profile,
                     trainer,
+                    min(args.warmup, args.sweep_steps // 2),
                 )
                 print(
                     f"{label:<30} {n:>5} envs: {r.traj_per_s:8.2f} traj/s, engine busy {r.engine_busy:.0%}, "
@@ -478,6 +809,21 @@ def main() -> None:
                 )
                 rows.append(row(r, None))
                 save()
+    if not args.quick and args.tail_sweep:
+        sweep_rows = tail_sweep(
+            [float(v) for v in args.tail_sweep.split(",")],
+            [int(n) for n in args.tail_sweep_envs.split(",")],
+            steps,
+            min(args.warmup, steps - 1),
+            engine_profile,
+            trainer,
+            args.token_scale,
+        )
+        with (args.out / "rlvr_tail_sweep.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=[*FIELDS, "response_sigma"])
+            writer.writeheader()
+            writer.writerows(sweep_rows)
+        print(f"wrote {args.out / 'rlvr_tail_sweep.csv'} {plot_tail_sweep(args.out, sweep_rows)}")
     paths = plot(args.out, rows)
     print(f"\nwrote {args.out / 'results.csv'} {' '.join(map(str, paths))}")
 
@@ -486,17 +832,20 @@ def main() -> None:
         best = next(
             r
             for r in results
-            if r.mode.max_staleness == 2 and r.mode.redundancy == 0 and not r.mode.tail_batching
+            if r.mode.max_staleness == 2 and r.mode.redundancy == 0 and not r.mode.tail_extra
         )
         return best.traj_per_s / results[0].traj_per_s, best.util
 
+    print()
+    for line in verdicts(tables):
+        print(line)
     if "agentic" in tables and "rlvr" in tables:
         agentic, agentic_util = headline("agentic")
         rlvr, rlvr_util = headline("rlvr")
         print(
             f"MODELLED: agentic env-async+async-train-2 {agentic:.2f}x sync (engine at "
-            f"{agentic_util:.0%} of the never-idle bound; paper 2.72x); RLVR queue+async-train-2 "
-            f"{rlvr:.2f}x sync ({rlvr_util:.0%}; paper 2.24x)"
+            f"{agentic_util:.1%} of the never-idle bound; paper 2.72x); RLVR queue+async-train-2 "
+            f"{rlvr:.2f}x sync ({rlvr_util:.1%}; paper 2.24x)"
         )
 
 

@@ -133,3 +133,28 @@ async def test_a_source_that_holds_tasks_back_gets_a_smaller_batch_not_a_deadloc
     # the first batch was the three ready tasks; the later two ran as a batch of their own
     first_batch_end = max(t for kind, s, _, t in Paced.log if kind == "step" and s < 3)
     assert min(t for kind, s, _, t in Paced.log if kind == "act" and s >= 3) > first_batch_end
+
+
+async def test_a_speculative_batch_ends_at_its_quota_and_defers_the_rest_whole():
+    manager = EnvManager(
+        Paced, logging_policy, rollout="batch", batch_groups=2, speculative_groups=1, max_concurrency=3
+    )
+    groups = await manager.run([0, 1, 2])  # seed s plays 1 + s % 3 turns: seed 2 is the long tail
+    done = [g for g in groups if not g.deferred]
+    deferred = [g for g in groups if g.deferred]
+    assert sorted(g.seed for g in done) == [0, 1] and all(len(g.trajectories) == 1 for g in done)
+    assert [(g.seed, g.trajectories, g.cancelled) for g in deferred] == [(2, [], 1)]
+    stats = manager.stats
+    assert (stats.groups_completed, stats.groups_deferred, stats.groups_launched) == (2, 1, 3)
+    assert stats.launched == stats.ended == 3 and stats.by_reason[StopReason.CANCELLED] == 1
+    # a batch of at most batch_groups tasks (a long round) plays to the end
+    assert not any(g.deferred for g in await manager.run([2, 5]))
+
+
+def test_speculative_groups_need_batch_rollout_and_room():
+    with pytest.raises(InvalidArgumentError, match="speculative_groups"):
+        EnvManager(Paced, logging_policy, speculative_groups=1)
+    with pytest.raises(InvalidArgumentError, match="max_concurrency"):
+        EnvManager(
+            Paced, logging_policy, rollout="batch", batch_groups=2, speculative_groups=1, max_concurrency=2
+        )

@@ -21,6 +21,10 @@ turn each live episode of the batch waits for all the others twice, once with it
 (so the policy sees the whole batch at once) and once with its action (so envs step together);
 the next batch starts only when every episode of this one has ended. It runs the same episode code,
 so a comparison of the two measures the scheduling and nothing else.
+With `speculative_groups`, "batch" does rollout-side tail batching (RollPacker): a batch with
+more tasks than `batch_groups` ends once `batch_groups` groups completed, and its unfinished
+groups come out as deferred (`TrajectoryGroup.deferred`, no trajectories) for their tasks to be
+re-rolled together later (`StalenessBuffer(speculative_groups=...)` schedules those long rounds).
 
 Back-pressure: `stream` pulls the next task from its source only once it has room for a whole
 group (`group_size + redundancy` free episode slots out of `max_concurrency`), so a source that
@@ -70,6 +74,7 @@ class ManagerStats:
     tool_calls: int = 0
     groups_launched: int = 0
     groups_completed: int = 0
+    groups_deferred: int = 0  # tail batching: cut off unfinished, emitted as deferred (re-rolled later)
     by_reason: dict[StopReason, int] = field(default_factory=lambda: dict.fromkeys(StopReason, 0))
 
     @property
@@ -93,6 +98,7 @@ class ManagerStats:
             "tool_calls": self.tool_calls,
             "groups_launched": self.groups_launched,
             "groups_completed": self.groups_completed,
+            "groups_deferred": self.groups_deferred,
         }
         return counts | {reason.value: n for reason, n in self.by_reason.items()}
 
@@ -154,6 +160,18 @@ class _Run:
 
 
 @dataclass(eq=False)
+class _Batch:
+    """rollout="batch": the groups played in lockstep, and when the batch is over."""
+
+    barrier: _TurnBarrier
+    left: int  # episodes of the batch not yet ended
+    quota: int | None  # tail batching: groups to complete before the others are deferred
+    done: asyncio.Event = field(default_factory=asyncio.Event)  # set when its last episode ended
+    groups: list[_Group] = field(default_factory=list)
+    completed: int = 0
+
+
+@dataclass(eq=False)
 class _Group:
     group_id: str
     task: Task
@@ -163,9 +181,11 @@ class _Group:
     ended: int = 0
     cancelled: int = 0
     emitted: bool = False
-    barrier: _TurnBarrier | None = None  # rollout="batch": the batch's turn barrier
-    batch_done: asyncio.Event | None = None  # rollout="batch": set when the batch's last episode ends
-    batch_left: list[int] | None = None  # rollout="batch": episodes of the batch not yet ended
+    batch: _Batch | None = None  # rollout="batch": the batch it plays in
+
+    @property
+    def barrier(self) -> _TurnBarrier | None:
+        return self.batch.barrier if self.batch is not None else None
 
 
 class EnvManager:
@@ -188,6 +208,14 @@ class EnvManager:
             batch-level baseline: see the module docstring).
         batch_groups: rollout="batch" only: groups per batch (a training step's worth; its
             episodes, `batch_groups * (group_size + redundancy)`, must fit `max_concurrency`).
+        speculative_groups: rollout="batch" only: rollout-side tail batching (RollPacker). A
+            batch may take up to `batch_groups + speculative_groups` tasks; one that took more
+            than `batch_groups` ends as soon as `batch_groups` of its groups completed, and each
+            other group is cut off (its episodes CANCELLED) and emitted as a deferred
+            `TrajectoryGroup` (`deferred=True`, no trajectories) for its task to be re-rolled
+            later. A batch of at most `batch_groups` tasks (a long round of re-rolled tasks)
+            plays to the end. Which tasks a batch gets is the source's choice
+            (`StalenessBuffer(speculative_groups=...)` schedules short and long rounds).
 
     Env instances are reused across episodes through an idle pool (they may hold connections
     or sandboxes); an env that raised, timed out, or was interrupted mid-call is closed and
@@ -211,15 +239,22 @@ class EnvManager:
         close_timeout: float = 10.0,
         rollout: RolloutMode = "async",
         batch_groups: int = 1,
+        speculative_groups: int = 0,
     ) -> None:
         if rollout not in ROLLOUT_MODES:
             raise InvalidArgumentError(f"rollout must be one of {ROLLOUT_MODES}, got {rollout!r}")
         if batch_groups < 1:
             raise InvalidArgumentError(f"batch_groups must be >= 1, got {batch_groups}")
-        if rollout == "batch" and batch_groups * (group_size + redundancy) > max_concurrency:
+        if speculative_groups < 0 or (speculative_groups and rollout != "batch"):
             raise InvalidArgumentError(
-                f"rollout='batch' runs batch_groups * (group_size + redundancy) = "
-                f"{batch_groups * (group_size + redundancy)} episodes at once, more than "
+                f"speculative_groups must be >= 0 and needs rollout='batch', got {speculative_groups} "
+                f"with rollout={rollout!r}"
+            )
+        batch_tasks = batch_groups + speculative_groups
+        if rollout == "batch" and batch_tasks * (group_size + redundancy) > max_concurrency:
+            raise InvalidArgumentError(
+                f"rollout='batch' runs (batch_groups + speculative_groups) * (group_size + redundancy) = "
+                f"{batch_tasks * (group_size + redundancy)} episodes at once, more than "
                 f"max_concurrency ({max_concurrency})"
             )
         if group_size < 1 or redundancy < 0:
@@ -257,6 +292,7 @@ class EnvManager:
         self.close_timeout = close_timeout
         self.rollout = rollout
         self.batch_groups = batch_groups
+        self.speculative_groups = speculative_groups
         self.stats = ManagerStats()
         self._end_episode = getattr(policy, "end_episode", None)
         self._idle: list[Env] = []
@@ -354,7 +390,7 @@ class EnvManager:
         try:
             while True:
                 tasks: list[Task] = []
-                while len(tasks) < self.batch_groups:
+                while len(tasks) < self.batch_groups + self.speculative_groups:
                     item: Any
                     if not is_async:
                         item = next(source, _END)
@@ -374,11 +410,12 @@ class EnvManager:
                     return
                 for _ in range(len(tasks) * self.width):
                     await slots.acquire()
-                barrier = _TurnBarrier(len(tasks) * self.width)
-                done, left = asyncio.Event(), [len(tasks) * self.width]
+                episodes = len(tasks) * self.width
+                quota = self.batch_groups if len(tasks) > self.batch_groups else None
+                batch = _Batch(_TurnBarrier(episodes), episodes, quota)
                 for task in tasks:
-                    self._launch_group(run, task, slots, barrier=barrier, batch_done=done, batch_left=left)
-                await done.wait()
+                    self._launch_group(run, task, slots, batch=batch)
+                await batch.done.wait()
         finally:
             if pending is not None:
                 pending.cancel()
@@ -389,18 +426,14 @@ class EnvManager:
         task: Task,
         slots: asyncio.Semaphore,
         *,
-        barrier: _TurnBarrier | None = None,
-        batch_done: asyncio.Event | None = None,
-        batch_left: list[int] | None = None,
+        batch: _Batch | None = None,
     ) -> None:
         self._group_counter += 1
         group = _Group(
-            group_id=task.group_id or f"{self._prefix}-g{self._group_counter}",
-            task=task,
-            barrier=barrier,
-            batch_done=batch_done,
-            batch_left=batch_left,
+            group_id=task.group_id or f"{self._prefix}-g{self._group_counter}", task=task, batch=batch
         )
+        if batch is not None:
+            batch.groups.append(group)
         run.open_groups += 1
         self.stats.groups_launched += 1
         for index in range(self.width):
@@ -438,12 +471,12 @@ class EnvManager:
         reason = trajectory.stop_reason
         self.stats.by_reason[reason] += 1
         group.ended += 1
-        if group.barrier is not None:
-            group.barrier.leave()
-        if group.batch_left is not None and group.batch_done is not None:
-            group.batch_left[0] -= 1
-            if group.batch_left[0] == 0:
-                group.batch_done.set()
+        batch = group.batch
+        if batch is not None:
+            batch.barrier.leave()
+            batch.left -= 1
+            if batch.left == 0:
+                batch.done.set()
         if self.on_trajectory is not None:
             try:
                 self.on_trajectory(trajectory)
@@ -457,16 +490,36 @@ class EnvManager:
             group.failed.append(trajectory)
         if len(group.kept) < self.group_size and group.ended < self.width:
             return
+        self._cancel_stragglers(group)
+        self.stats.groups_completed += 1
+        self._emit(
+            run, TrajectoryGroup(group.group_id, group.task.seed, group.kept + group.failed, group.cancelled)
+        )
+        if batch is not None and batch.quota is not None:
+            batch.completed += 1
+            if batch.completed == batch.quota:
+                self._defer_rest(run, batch)
+
+    def _defer_rest(self, run: _Run, batch: _Batch) -> None:
+        """Tail batching: the batch has its quota; cut off its unfinished groups as deferred."""
+        for other in batch.groups:
+            if other.emitted:
+                continue
+            self._cancel_stragglers(other)
+            self.stats.groups_deferred += 1
+            # every episode of it is discarded, finished ones too: the long round replays the task whole
+            self._emit(run, TrajectoryGroup(other.group_id, other.task.seed, [], self.width, deferred=True))
+
+    def _cancel_stragglers(self, group: _Group) -> None:
         group.emitted = True
         for straggler, other in group.running.items():
             if not other.finished_at:  # still playing (or not yet started)
                 other.stop_reason = StopReason.CANCELLED
                 straggler.cancel()
                 group.cancelled += 1
-        self.stats.groups_completed += 1
-        run.out.put_nowait(
-            TrajectoryGroup(group.group_id, group.task.seed, group.kept + group.failed, group.cancelled)
-        )
+
+    def _emit(self, run: _Run, group: TrajectoryGroup) -> None:
+        run.out.put_nowait(group)
         run.open_groups -= 1
         if run.exhausted and run.open_groups == 0:
             run.out.put_nowait(_END)

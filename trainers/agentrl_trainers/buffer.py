@@ -38,15 +38,28 @@ group is never deferred past its staleness bound: when the oldest one would turn
 version, or when nothing else can arrive, the round is filled with tail groups first and short ones
 after. Short rounds thus pack with little padding and finish fast, and long rollouts do not hold
 them up. With `max_staleness=0` nothing can wait a version, so tail batching has no effect.
+
+**Rollout-side tail batching** (RollPacker's, for synchronous training): with
+`speculative_groups=e` (and `max_staleness=0`), rollout runs in rounds, one per version. A short
+round admits `batch_size + e` new seeds; the manager (`EnvManager(rollout="batch",
+speculative_groups=e)`) ends it once `batch_size` groups completed and hands back the others as
+deferred groups (`TrajectoryGroup.deferred`), whose seeds wait in a pool. When the pool holds a
+batch, the next round is a long round: `batch_size` pooled seeds re-rolled from scratch with the
+current policy and played to the end. Short rounds thus never wait for the long tail, and the
+long tail is rolled out together. Nothing is lost: every admitted seed is trained, waits in the
+pool, is in flight, or was dropped and counted; re-rolled groups are sampled at the version they
+are trained at, like every other group at `max_staleness=0`. When drops leave a round short of a
+batch, a make-up round admits just the missing seeds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,6 +105,7 @@ class StalenessBuffer:
         tail_window: int = 256,
         group_size: int | None = None,
         max_filtered_groups: int | None = None,
+        speculative_groups: int = 0,
     ) -> None:
         """`group_size`: finished episodes a group must have to be kept (None: any, at least one).
         `max_filtered_groups`: stop with `TrainingStalled` after this many zero-variance drops in a
@@ -100,6 +114,11 @@ class StalenessBuffer:
             raise InvalidArgumentError(f"batch_size must be >= 1 (groups per step), got {batch_size}")
         if max_staleness < 0:
             raise InvalidArgumentError(f"max_staleness must be >= 0 (0 = synchronous), got {max_staleness}")
+        if speculative_groups < 0 or (speculative_groups and (max_staleness or tail_batching)):
+            raise InvalidArgumentError(
+                f"speculative_groups (rollout-side tail batching, {speculative_groups}) must be >= 0 and "
+                "needs max_staleness=0 and tail_batching=False: it schedules synchronous rounds"
+            )
         if not 0 < tail_quantile < 1:
             raise InvalidArgumentError(f"tail_quantile must be in (0, 1), got {tail_quantile}")
         self.batch_size = batch_size
@@ -109,6 +128,12 @@ class StalenessBuffer:
         self.tail_quantile = tail_quantile
         self.group_size = group_size
         self.max_filtered_groups = max_filtered_groups
+        self.speculative_groups = speculative_groups
+        self._pool: deque[int] = deque()  # deferred seeds waiting for a long round
+        self._rounds = 0  # rounds started (one per version)
+        self._round_kept_from = 0  # self._accepted when this version's round started
+        self._deferred = 0
+        self._long_rounds = 0
         self._stalled: TrainingStalled | None = None
         self._cond = asyncio.Condition()
         self._version = version
@@ -135,7 +160,12 @@ class StalenessBuffer:
     # ------------------------------------------------------------------ producer side
 
     async def admitted(self, seeds: Iterable[int]) -> AsyncIterator[int]:
-        """Yield seeds from `seeds`, each only when the admission rule lets a new group start."""
+        """Yield seeds from `seeds`, each only when the admission rule lets a new group start
+        (with `speculative_groups`: a whole round at once, see the module docstring)."""
+        if self.speculative_groups:
+            async for seed in self._rounds_of(iter(seeds)):
+                yield seed
+            return
         for seed in seeds:
             async with self._cond:
                 if not self._admission_open():
@@ -148,14 +178,67 @@ class StalenessBuffer:
                 self._admission_versions[seed].append(self._version)
             yield seed
 
+    async def _rounds_of(self, seeds: Iterator[int]) -> AsyncIterator[int]:
+        """Rollout-side tail batching: one round per version, short (new seeds, `speculative_groups`
+        more than a batch) or long (a batch of deferred seeds); a make-up round when drops left
+        this version's round short."""
+        while True:
+            async with self._cond:
+                if not self._round_open():
+                    started = time.perf_counter()
+                    await self._cond.wait_for(self._round_open)
+                    self._producer_wait += time.perf_counter() - started
+                if self._closed:
+                    return
+                round_seeds: list[int]
+                if self._rounds > self._version - self._start_version:  # make-up round
+                    missing = self.batch_size - (self._accepted - self._round_kept_from)
+                    round_seeds = list(itertools.islice(seeds, missing))
+                elif len(self._pool) >= self.batch_size:
+                    round_seeds = [self._pool.popleft() for _ in range(self.batch_size)]
+                    self._long_rounds += 1
+                else:
+                    round_seeds = list(itertools.islice(seeds, self.batch_size + self.speculative_groups))
+                if self._rounds <= self._version - self._start_version:
+                    self._rounds += 1
+                    self._round_kept_from = self._accepted
+                if not round_seeds:
+                    return
+                self._admitted += len(round_seeds)
+                for seed in round_seeds:
+                    self._admission_versions[seed].append(self._version)
+            for seed in round_seeds:
+                yield seed
+
+    def _round_open(self) -> bool:
+        """A new round may start once the last one is all in: at a new version, or (make-up) when
+        this version's round kept less than a batch."""
+        if self._closed:
+            return True
+        if self.running:
+            return False
+        if self._rounds <= self._version - self._start_version:
+            return True
+        return self._accepted - self._round_kept_from < self.batch_size
+
     async def put(self, group: TrajectoryGroup) -> None:
         """Accept a finished group (or count why it was dropped) and wake the trainer."""
+        if group.deferred and (not self.speculative_groups or group.seed is None):
+            raise InvalidArgumentError(
+                f"deferred group {group.group_id} (seed {group.seed}) cannot be re-rolled: the "
+                "buffer needs speculative_groups and the group its seed"
+            )
         async with self._cond:
             self._finished += 1
             versions = self._admission_versions.get(group.seed)
             admission_version = versions.popleft() if versions else self._version
             if versions is not None and not versions:
                 del self._admission_versions[group.seed]
+            if group.deferred and group.seed is not None:
+                self._pool.append(group.seed)
+                self._deferred += 1
+                self._cond.notify_all()
+                return
             kept = [t for t in group.trajectories if t.stop_reason.finished][: self.group_size]
             self._unfinished_trajectories += sum(not t.stop_reason.finished for t in group.trajectories)
             if len(kept) != len(group.trajectories):
@@ -254,6 +337,9 @@ class StalenessBuffer:
             "buffer/admitted": float(self._admitted),
             "buffer/consumed": float(self._consumed),
             "buffer/tail_rounds": float(self._tail_rounds),
+            "buffer/deferred_groups": float(self._deferred),
+            "buffer/long_rounds": float(self._long_rounds),
+            "buffer/tail_pool": float(len(self._pool)),
             "buffer/unfinished_trajectories": float(self._unfinished_trajectories),
             "buffer/producer_wait_s": self._producer_wait,
             "buffer/consumer_wait_s": self._consumer_wait,

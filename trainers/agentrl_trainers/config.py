@@ -95,6 +95,10 @@ class EnvConfig(_Section):
     # "async": env-level asynchronous rollout; "batch": the synchronous batch-level baseline (each
     # step's groups are played in lockstep turns, the next batch starts when the whole one ended)
     rollout: Literal["async", "batch"] = "async"
+    # rollout-side tail batching (RollPacker), with rollout "batch" and sync training: each step's
+    # batch launches this many extra groups, stops once groups_per_step are done, and re-rolls the
+    # cut-off ones together in a dedicated long round (docs/performance.md)
+    speculative_groups: int = Field(0, ge=0)
     step_timeout: float | None = Field(60.0, gt=0)
     episode_timeout: float | None = Field(600.0, gt=0)
 
@@ -210,6 +214,14 @@ class TrainConfig(_Section):
             raise ValueError(
                 f"schedule.eval_seed_offset ({s.eval_seed_offset}) must exceed the training seeds "
                 f"(up to about {last_train_seed}) so evaluation uses held-out seeds"
+            )
+        if self.env.speculative_groups and (
+            self.env.rollout != "batch" or self.effective_max_staleness or self.buffer.tail_batching
+        ):
+            raise ValueError(
+                "env.speculative_groups (rollout-side tail batching) schedules synchronous rounds: it "
+                "needs env.rollout: batch, mode: sync (or buffer.max_staleness: 0) and "
+                "buffer.tail_batching: false"
             )
         if self.env.rollout == "batch" and self.ray.address is not None:
             raise ValueError(

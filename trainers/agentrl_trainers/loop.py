@@ -379,6 +379,7 @@ class TrainingRun:
             tail_batching=config.buffer.tail_batching,
             group_size=config.env.group_size,
             max_filtered_groups=config.buffer.max_filtered_batches * schedule.groups_per_step or None,
+            speculative_groups=config.env.speculative_groups,
         )
         manager = (
             ray.make_rollout(lambda trajectory: self._rollouts.add(trajectory))
@@ -391,7 +392,11 @@ class TrainingRun:
                 max_concurrency=max(
                     config.env.concurrency,
                     (config.env.group_size + config.env.redundancy)
-                    * (schedule.groups_per_step if config.env.rollout == "batch" else 1),
+                    * (
+                        schedule.groups_per_step + config.env.speculative_groups
+                        if config.env.rollout == "batch"
+                        else 1
+                    ),
                 ),
                 max_turns=config.env.max_turns,
                 step_timeout=config.env.step_timeout,
@@ -400,6 +405,7 @@ class TrainingRun:
                 on_trajectory=lambda trajectory: self._rollouts.add(trajectory),
                 rollout=config.env.rollout,
                 batch_groups=schedule.groups_per_step,
+                speculative_groups=config.env.speculative_groups,
             )
         )
         seeds = _SeedCounter(state["next_seed"], schedule.eval_seed_offset)

@@ -57,6 +57,15 @@ def test_sync_mode_means_zero_staleness() -> None:
     assert load_config(None, {"mode": "async", "buffer.max_staleness": 3}).effective_max_staleness == 3
 
 
+def test_rollout_tail_batching_needs_synchronous_batch_rollout() -> None:
+    sync_batch = {"mode": "sync", "env.rollout": "batch", "env.speculative_groups": 2}
+    assert load_config(None, sync_batch).env.speculative_groups == 2
+    with pytest.raises(ConfigError, match="speculative_groups"):
+        load_config(None, sync_batch | {"mode": "async"})
+    with pytest.raises(ConfigError, match="speculative_groups"):
+        load_config(None, sync_batch | {"env.rollout": "async"})
+
+
 @pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_examples_are_valid(example: Path) -> None:
     load_config(example)

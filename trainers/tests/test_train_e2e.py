@@ -77,6 +77,20 @@ def test_train_runs_end_to_end(tmp_path: Path, mode: str, rollout: str) -> None:
     assert report.success_rate == pytest.approx(result.final_success)
 
 
+def test_rollout_tail_batching_defers_and_re_rolls_in_the_real_loop(tmp_path: Path) -> None:
+    overrides = {"mode": "sync", "env.rollout": "batch", "env.speculative_groups": 1}
+    config = load_config(
+        None, {**TINY, **overrides, "out": str(tmp_path / "run"), "schedule.eval_episodes": 0}
+    )
+    assert TrainingRun(config).run().version == 3
+    records = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "learner/loss" in r]
+    # 2 groups per step from 3 launched: one deferred per short round; two deferred make the
+    # third step a long round that re-rolls them, all trained at the version they were sampled at
+    assert [r["buffer/deferred_groups"] for r in records] == [1, 2, 2]
+    assert [r["buffer/long_rounds"] for r in records] == [0, 0, 1]
+    assert all(r["buffer/batch_staleness_max"] == 0 for r in records)
+
+
 def test_existing_run_needs_resume(tmp_path: Path) -> None:
     ckpt = tmp_path / "run/checkpoints/step_000002"
     ckpt.mkdir(parents=True)
