@@ -24,7 +24,7 @@ from torch import Tensor
 from agentrl.errors import InvalidArgumentError
 from agentrl.trajectory import Trajectory, TrajectoryGroup
 from agentrl_trainers.advantages import compute_advantages, turn_group_advantages, turn_return_advantages
-from agentrl_trainers.config import AdvantageEstimator, Aggregation, CreditAssignment
+from agentrl_trainers.config import AdvantageEstimator, Aggregation, CreditAssignment, TurnStateKey
 
 
 @dataclass
@@ -75,14 +75,22 @@ def trajectory_is_trainable(trajectory: Trajectory) -> bool:
     return sum(trajectory.loss_mask()[1:]) > 0
 
 
-def turn_states(trajectory: Trajectory) -> list[tuple[str, ...]]:
-    """The state each turn acted from: the conversation up to and including its observation.
+def turn_states(trajectory: Trajectory, key: TurnStateKey = "history") -> list[tuple[str, ...]]:
+    """The state each turn acted from, as the key the turn-level group baseline groups turns by.
 
-    The turn-level group baseline compares turns of one group's episodes (same seed) that share
-    this key. The whole history, not the last observation, because an observation alone need not
-    be the state (GuessNumber's "higher" says nothing without the guess before it); with the
-    same seed and the same history a deterministic env is in the same state.
+    The baseline compares turns of one group's episodes (same seed) that share this key.
+    "history" (the default): the conversation up to and including the turn's observation. An
+    observation alone need not be the state (GuessNumber's "higher" says nothing without the
+    guess before it); with the same seed and the same history a deterministic env is in the same
+    state, so this key is never wrong, but once episodes diverge almost no turn shares it.
+    "observation": the turn's observation alone, GiGPO's anchor state, for envs whose
+    observations are their state (GuessNumberInterval's "higher (6-10)"): turns that reached the
+    same observation by different paths are then compared too.
     """
+    if key == "observation":
+        return [(turn.observation,) for turn in trajectory.turns]
+    if key != "history":
+        raise InvalidArgumentError(f"Unknown turn state key {key!r}; allowed: 'history', 'observation'")
     states, history = [], []
     for turn in trajectory.turns:
         history.append(turn.observation)
@@ -98,6 +106,7 @@ def turn_advantages(
     *,
     gamma: float = 1.0,
     turn_group_weight: float = 1.0,
+    turn_state: TurnStateKey = "history",
 ) -> list[list[list[float]]]:
     """The advantage of every turn of every trajectory: `[group][trajectory][turn]`."""
     if credit == "episode":
@@ -110,7 +119,7 @@ def turn_advantages(
     if credit == "turn_return":
         per_turn = turn_return_advantages(rewards, gamma)
     elif credit == "turn_group":
-        states = [[turn_states(t) for t in g.trajectories] for g in groups]
+        states = [[turn_states(t, turn_state) for t in g.trajectories] for g in groups]
         per_turn = turn_group_advantages(
             rewards, states, gamma=gamma, step_weight=turn_group_weight, episode_estimator=estimator
         )
@@ -128,13 +137,16 @@ def build_samples(
     *,
     gamma: float = 1.0,
     turn_group_weight: float = 1.0,
+    turn_state: TurnStateKey = "history",
 ) -> list[Sample]:
     """Compute advantages and turn every trainable trajectory into a `Sample`.
 
     Advantages are computed over all trajectories of a group (a trajectory without tokens still
     tells the group what reward was possible), then only trajectories with loss tokens are kept.
     """
-    advantages = turn_advantages(groups, estimator, credit, gamma=gamma, turn_group_weight=turn_group_weight)
+    advantages = turn_advantages(
+        groups, estimator, credit, gamma=gamma, turn_group_weight=turn_group_weight, turn_state=turn_state
+    )
     samples = []
     for group, group_adv in zip(groups, advantages, strict=True):
         for trajectory, adv in zip(group.trajectories, group_adv, strict=True):

@@ -29,6 +29,7 @@ LossName = Literal["ppo_clip", "tis", "decoupled_ppo", "cispo", "topr", "gspo"]
 AdvantageEstimator = Literal["grpo", "lite_ppo"]
 Aggregation = Literal["token", "sequence"]
 CreditAssignment = Literal["episode", "turn_return", "turn_group"]
+TurnStateKey = Literal["history", "observation"]
 
 
 class LearnerConfig(_Section):
@@ -43,6 +44,11 @@ class LearnerConfig(_Section):
     credit: CreditAssignment = "episode"
     gamma: float = Field(default=1.0, gt=0, le=1)  # discount over turns of the reward-to-go (turn_*)
     turn_group_weight: float = Field(default=1.0, ge=0)  # weight of the turn-level term (turn_group)
+    # What makes two turns of a group "the same state" for turn_group: history = the whole
+    # conversation up to the turn (always right, often unique); observation = the turn's last
+    # observation alone (GiGPO's anchor states; right only when the env's observations are its
+    # state, e.g. games/GuessNumberInterval-v0, and then far more turns find a partner)
+    turn_state: TurnStateKey = "history"
     aggregation: Aggregation = "token"  # token: sum / loss tokens in the batch; sequence: mean of means
     clip_eps: float = Field(default=0.2, ge=0, lt=1)  # PPO lower clip (1 - eps)
     clip_eps_hi: float = Field(default=0.28, ge=0)  # PPO upper clip (1 + eps_hi); also CISPO's weight cap

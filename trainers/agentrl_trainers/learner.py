@@ -75,7 +75,12 @@ class Learner:
         started = time.perf_counter()
         c = self.config
         samples = build_samples(
-            groups, c.advantage, c.credit, gamma=c.gamma, turn_group_weight=c.turn_group_weight
+            groups,
+            c.advantage,
+            c.credit,
+            gamma=c.gamma,
+            turn_group_weight=c.turn_group_weight,
+            turn_state=c.turn_state,
         )
         if not samples:
             raise InvalidArgumentError(

@@ -9,7 +9,7 @@ from agentrl_trainers.config import TrainConfig, load_config
 
 from agentrl.errors import ConfigError
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_minimal_yaml_fills_every_section_with_defaults(tmp_path: Path) -> None:
@@ -69,6 +69,17 @@ def test_rollout_tail_batching_needs_synchronous_batch_rollout() -> None:
 @pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_examples_are_valid(example: Path) -> None:
     load_config(example)
+
+
+def test_shipped_examples_include_the_main_job() -> None:
+    assert (EXAMPLES / "guess_number.yaml") in EXAMPLES.glob("*.yaml")
+
+
+def test_turn_state_key_defaults_to_history_and_is_checked() -> None:
+    assert load_config(None).learner.turn_state == "history"
+    assert load_config(None, {"learner.turn_state": "observation"}).learner.turn_state == "observation"
+    with pytest.raises(ConfigError, match=r"learner\.turn_state.*'history'.*'observation'"):
+        load_config(None, {"learner.turn_state": "last_observation"})
 
 
 def test_server_gets_half_the_cores_and_the_trainer_all_of_them() -> None:

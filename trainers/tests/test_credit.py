@@ -88,6 +88,37 @@ def test_turn_states_are_the_conversation_up_to_each_observation():
     assert turn_states(a) == [("Guess",), ("Guess", "5", "higher")]
 
 
+def test_observation_state_key_matches_turns_that_reached_one_observation_by_different_paths():
+    # GuessNumberInterval, target 8. a: 5 -> "higher (6-10)" -> 8 solved. b: 3 -> "higher (4-10)"
+    # -> 5 -> "higher (6-10)" -> 7: fails. c: 5 -> "higher (6-10)" -> 9: fails (3 turns max).
+    a = _trajectory("a", [("Guess (1-10).", "5", 0.0, 3, 2), ("higher (6-10)", "8", 1.0, 1, 2)])
+    opening = ("Guess (1-10).", "3", 0.0, 3, 2)
+    b = _trajectory("b", [opening, ("higher (4-10)", "5", 0.0, 1, 2), ("higher (6-10)", "7", 0.0, 1, 2)])
+    c = _trajectory("c", [("Guess (1-10).", "5", 0.0, 3, 2), ("higher (6-10)", "9", 0.0, 1, 2)])
+    assert turn_states(b, "observation") == [("Guess (1-10).",), ("higher (4-10)",), ("higher (6-10)",)]
+    group = TrajectoryGroup("g", 0, [a, b, c])
+    # Episode GRPO on R = (1, 0, 0): mean 1/3, std sqrt(2)/3 -> a +sqrt(2), b and c -1/sqrt(2).
+    # Step term (gamma 1, w 1), by observation: "Guess (1-10)." {a 1, b 0, c 0} -> the same numbers;
+    # "higher (6-10)" {a 1 (turn 1), b 0 (turn 2), c 0 (turn 1)} -> the same again; "higher
+    # (4-10)" only b -> 0.
+    hi, lo = np.sqrt(2), -1 / np.sqrt(2)
+    ((adv_a, adv_b, adv_c),) = turn_advantages([group], "grpo", "turn_group", turn_state="observation")
+    np.testing.assert_allclose(adv_a, [2 * hi, 2 * hi], rtol=1e-5)
+    np.testing.assert_allclose(adv_b, [2 * lo, lo, 2 * lo], rtol=1e-5)
+    np.testing.assert_allclose(adv_c, [2 * lo, 2 * lo], rtol=1e-5)
+    # Keyed by history, b's last turn has no partner (3 came first), so its step term is 0; a and c
+    # share "5, higher (6-10)": returns 1 and 0 -> +1 / -1.
+    ((adv_a, adv_b, adv_c),) = turn_advantages([group], "grpo", "turn_group", turn_state="history")
+    np.testing.assert_allclose(adv_a, [2 * hi, hi + 1], rtol=1e-5)
+    np.testing.assert_allclose(adv_b, [2 * lo, lo, lo], rtol=1e-5)
+    np.testing.assert_allclose(adv_c, [2 * lo, lo - 1], rtol=1e-5)
+
+
+def test_unknown_turn_state_key_names_the_allowed_ones():
+    with pytest.raises(ValueError, match="observation"):
+        turn_states(_guess_group().trajectories[0], "last")  # type: ignore[arg-type]
+
+
 def test_each_turns_tokens_carry_that_turns_advantage():
     # Episode level: GRPO +1 / -1 on every sampled token.
     (sa, sb) = build_samples([_guess_group()], "grpo", "episode")

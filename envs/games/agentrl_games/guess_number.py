@@ -3,13 +3,25 @@
 The cheapest game of the suite: observations are one or two words, so a tiny model sees most of
 its tokens in its own moves, and the optimal strategy (binary search) is learnable from the
 feedback alone. It is meant as the first task a freshly built model trains on.
+
+Two kinds of feedback (`feedback=`):
+
+- "hint" (games/GuessNumber-v0): the reply is "higher" or "lower". Using it needs the guess it
+  refers to and every earlier hint, so the right move is a function of the whole conversation.
+- "interval" (games/GuessNumberInterval-v0): the reply also states what the hints so far imply,
+  "higher (6-10)": the range the number is still in. Each observation is then the game's state
+  (a Markov observation), so a policy that reads only the last reply can guess within the hints
+  or binary search, while one that ignores it is still the 41% random guesser. It stays
+  multi-turn: the right guess at each turn depends on what the env replied to the turn before,
+  and the turn-level group baseline can compare turns by observation
+  (`learner.turn_state: observation`), since equal observations of one seed are equal states.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -18,9 +30,13 @@ from agentrl_games.base import BadAnswer, Result, TextGame
 
 _INTEGER = re.compile(r"[+-]?\d{1,18}")
 
+Feedback = Literal["hint", "interval"]
+FEEDBACK_KINDS: tuple[Feedback, ...] = ("hint", "interval")
+
 
 class GuessNumberEnv(TextGame[int]):
-    """Guess a hidden integer in [lo, hi]; after each wrong guess the env says "higher" or "lower".
+    """Guess a hidden integer in [lo, hi]; after each wrong guess the env says "higher" or "lower"
+    (with `feedback="interval"` followed by the range still open, "higher (6-10)").
 
     Rewards: 1.0 for the correct guess (terminates); `format_penalty` (-0.1) when the answer is not
     an integer; `-step_cost` (0 by default) for a wrong guess. A guess outside [lo, hi] is a legal
@@ -39,14 +55,30 @@ class GuessNumberEnv(TextGame[int]):
         "expert": "binary search",
     }
 
-    def __init__(self, *, lo: int = 1, hi: int = 10, max_turns: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        lo: int = 1,
+        hi: int = 10,
+        max_turns: int | None = None,
+        feedback: Feedback = "hint",
+        **kwargs: Any,
+    ) -> None:
         if hi < lo:
             raise InvalidArgumentError(f"hi ({hi}) must be >= lo ({lo})")
+        if feedback not in FEEDBACK_KINDS:
+            allowed = ", ".join(FEEDBACK_KINDS)
+            raise InvalidArgumentError(f"feedback must be one of {allowed}, got {feedback!r}")
         self.lo, self.hi = int(lo), int(hi)
+        self.feedback: Feedback = feedback
+        said = (
+            "higher (the number is bigger) or lower (it is smaller)"
+            if feedback == "hint"
+            else "higher or lower and the range the number is still in, like lower (1-4)"
+        )
         self.system_prompt = (
             f"I am thinking of an integer from {self.lo} to {self.hi}. Guess it. After each wrong guess "
-            "I say higher (the number is bigger) or lower (it is smaller). "
-            "Reply with your guess like <answer>5</answer>."
+            f"I say {said}. Reply with your guess like <answer>5</answer>."
         )
         worst_case = math.ceil(math.log2(self.hi - self.lo + 2))
         super().__init__(max_turns=worst_case + 1 if max_turns is None else max_turns, **kwargs)
@@ -55,7 +87,7 @@ class GuessNumberEnv(TextGame[int]):
         self.target = int(self.np_random.integers(self.lo, self.hi + 1))
         self.low, self.high = self.lo, self.hi  # the interval the hints so far leave open
         self.guessed: set[int] = set()
-        return f"Guess {self.lo} to {self.hi}."
+        return self.render_state()
 
     def parse_move(self, text: str) -> int:
         if not _INTEGER.fullmatch(text):
@@ -68,12 +100,17 @@ class GuessNumberEnv(TextGame[int]):
             return Result("Correct!", success=True)
         if move < self.target:
             self.low = max(self.low, move + 1)
-            return Result("higher")
+            return Result(self._reply("higher"))
         self.high = min(self.high, move - 1)
-        return Result("lower")
+        return Result(self._reply("lower"))
+
+    def _reply(self, hint: str) -> str:
+        return hint if self.feedback == "hint" else f"{hint} ({self.low}-{self.high})"
 
     def render_state(self) -> str:
-        return f"Guess {self.lo} to {self.hi}."
+        if self.feedback == "hint":
+            return f"Guess {self.lo} to {self.hi}."
+        return f"Guess ({self.low}-{self.high})."
 
     def expert_move(self) -> str:
         return str((self.low + self.high) // 2)
@@ -95,6 +132,12 @@ GUESS_NUMBER = EnvSpec(
     entry_point=GuessNumberEnv,
     kwargs={"lo": 1, "hi": 10},
     description="Guess an integer in 1-10 from higher/lower hints (5 turns).",
+)
+GUESS_NUMBER_INTERVAL = EnvSpec(
+    id="games/GuessNumberInterval-v0",
+    entry_point=GuessNumberEnv,
+    kwargs={"lo": 1, "hi": 10, "feedback": "interval"},
+    description="Guess an integer in 1-10; each reply states the range still open (5 turns).",
 )
 GUESS_NUMBER_100 = EnvSpec(
     id="games/GuessNumber100-v0",

@@ -1,4 +1,4 @@
-"""GuessNumber: hints, the binary-search expert, and the configurable range."""
+"""GuessNumber: hints, the interval variant, the binary-search expert, and the configurable range."""
 
 from __future__ import annotations
 
@@ -93,3 +93,41 @@ def test_unknown_reference_policy_names_the_declared_ones():
     with pytest.raises(agentrl.AgentRLError, match="random_in_hints"):
         env.reference_action("oracle")
     env.close()
+
+
+def test_interval_feedback_states_the_range_the_hints_leave_open():
+    env = agentrl.make("games/GuessNumberInterval-v0")
+    assert env.reset(seed=0)[0] == "Guess (1-10)."
+    env.target = 7
+    assert env.step("<answer>3</answer>")[0] == "higher (4-10)"
+    assert env.step("<answer>9</answer>")[0] == "lower (4-8)"
+    assert env.step("<answer>1</answer>")[0] == "higher (4-8)"  # a guess outside the range narrows nothing
+    # A format error repeats the state, the range included: the last observation is still the state.
+    assert env.step("seven")[0] == "No <answer>...</answer> found.\nGuess (4-8)."
+    observation, reward, terminated, _, info = env.step("<answer>7</answer>")
+    assert (observation, reward, terminated, info["success"]) == ("Correct!", 1.0, True, True)
+    env.close()
+
+
+def test_feedback_kind_is_checked():
+    with pytest.raises(ValueError, match="feedback"):
+        agentrl.make("games/GuessNumber-v0", feedback="range")
+
+
+def test_interval_variant_keeps_the_reference_policies_and_their_rates():
+    # The wording of the replies changes nothing the references do: the same episodes as
+    # games/GuessNumber-v0, so the same rates (1 - 0.9^5 = 41%, 50%, about 91%, 100%).
+    hint, interval = agentrl.make("games/GuessNumber-v0"), agentrl.make("games/GuessNumberInterval-v0")
+    assert list(interval.reference_policies) == list(hint.reference_policies)
+    wins = {name: 0 for name in interval.reference_policies}
+    for seed in range(300):
+        for name in wins:
+            played = _play(interval, name, seed)
+            assert played == _play(hint, name, seed)
+            wins[name] += played[2]
+    assert 0.33 < wins["random"] / 300 < 0.49
+    assert 0.42 < wins["random_distinct"] / 300 < 0.58
+    assert 0.85 < wins["random_in_hints"] / 300 < 0.97
+    assert wins["expert"] == 300
+    hint.close()
+    interval.close()
