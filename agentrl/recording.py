@@ -24,9 +24,10 @@ Why this framing:
 - *No dependencies*: zlib, json and struct are in the standard library, so the env-side install
   (no torch) can read and write stores.
 
-Two record kinds exist: `episode` (one trajectory plus where it came from) and `batch` (which
+Three record kinds exist: `episode` (one trajectory plus where it came from), `batch` (which
 episodes formed a training step's batch, group by group in the learner's order, with the loss and
-gradient norm the learner logged), which is what `agentrl replay` rebuilds a step from.
+gradient norm the learner logged), which is what `agentrl replay` rebuilds a step from, and
+`resume` (a resumed run's mark: what was recorded for the steps it redoes is superseded).
 """
 
 from __future__ import annotations
@@ -125,6 +126,19 @@ class BatchRecord:
     recorded_at: float = 0.0
 
 
+@dataclass
+class ResumeRecord:
+    """The run resumed from its step-`step` checkpoint.
+
+    A killed run's steps after its checkpoint are redone after the resume, as its metrics log is
+    cut back to that step; so what the store holds for those steps from before this record (their
+    episodes, evaluations and batch records) is superseded: kept for inspection, not current.
+    """
+
+    step: int
+    recorded_at: float = 0.0
+
+
 # -- encoding -----------------------------------------------------------------------------------
 
 
@@ -208,15 +222,21 @@ def encode_batch(record: BatchRecord) -> bytes:
     return _with_header(header, b"")
 
 
+def encode_resume(record: ResumeRecord) -> bytes:
+    return _with_header({"kind": "resume", **dataclasses.asdict(record)}, b"")
+
+
 def _with_header(header: dict[str, Any], tail: bytes) -> bytes:
     text = json.dumps(header, separators=(",", ":"), default=_jsonable).encode()
     return struct.pack("<I", len(text)) + text + tail
 
 
-def decode(payload: bytes) -> EpisodeRecord | BatchRecord:
-    """Inverse of `encode_episode` / `encode_batch`."""
+def decode(payload: bytes) -> EpisodeRecord | BatchRecord | ResumeRecord:
+    """Inverse of `encode_episode` / `encode_batch` / `encode_resume`."""
     (size,) = struct.unpack_from("<I", payload)
     header = json.loads(payload[4 : 4 + size])
+    if header["kind"] == "resume":
+        return ResumeRecord(step=header["step"], recorded_at=header["recorded_at"])
     if header["kind"] == "batch":
         groups = [BatchGroup(**g) for g in header["groups"]]
         fields = {k: v for k, v in header.items() if k not in ("kind", "groups")}
@@ -389,6 +409,12 @@ class RecordWriter:
         self._append(encode_batch(record))
         return record
 
+    def write_resume(self, step: int) -> ResumeRecord:
+        """Mark a resume from the step-`step` checkpoint (what later steps hold so far is superseded)."""
+        record = ResumeRecord(step, recorded_at=time.time())
+        self._append(encode_resume(record))
+        return record
+
     def close(self) -> None:
         if self._fd >= 0:
             os.fsync(self._fd)
@@ -410,8 +436,9 @@ class Recording:
 
     Episodes are kept as summaries plus their file offsets, so a store of many thousands of
     episodes is listed without holding every token in memory; `episode(key)` decodes one.
-    A later batch record for a step replaces an earlier one (a resumed run redoes the steps after
-    its checkpoint).
+    A resumed run redoes the steps after its checkpoint: a resume record marks the summaries of
+    those steps read so far `superseded` and drops their batch records, and the redone steps'
+    records are the current ones.
     """
 
     def __init__(self, directory: str | Path) -> None:
@@ -436,13 +463,26 @@ class Recording:
                 record = decode(payload)
                 if isinstance(record, BatchRecord):
                     self.batches[record.step] = record
+                elif isinstance(record, ResumeRecord):
+                    self._supersede_after(record.step)
                 else:
                     self._where[record.key] = (path, start)
-                    self.summaries.append(record.summary())
+                    self.summaries.append(record.summary() | {"superseded": False})
                     added += 1
                 start = end
             self._offsets[path] = start
         return added
+
+    def _supersede_after(self, step: int) -> None:
+        for summary in self.summaries:
+            if summary["step"] is not None and summary["step"] > step:
+                summary["superseded"] = True
+        for later in [s for s in self.batches if s > step]:
+            del self.batches[later]
+
+    def current(self) -> list[dict[str, Any]]:
+        """The summaries not superseded by a resume (what the run's metrics log describes)."""
+        return [s for s in self.summaries if not s["superseded"]]
 
     def episode(self, key: str) -> EpisodeRecord:
         if key not in self._where:

@@ -52,6 +52,27 @@ def test_batch_record_rebuilds_groups_in_learner_order(tmp_path: Path) -> None:
         store.batch_groups(8)
 
 
+def test_resume_supersedes_what_later_steps_recorded_and_the_redone_steps_are_current(tmp_path: Path) -> None:
+    with RecordWriter(tmp_path, "train") as writer:  # the first run: steps 1-3, killed after step 3
+        for step in (1, 2, 3):
+            writer.write_batch(step, step - 1, [TrajectoryGroup(f"g{step}", step, [make_trajectory(step)])])
+        writer.write_episode(make_trajectory(30), source="eval", step=3)
+    store = Recording(tmp_path)
+    with RecordWriter(tmp_path, "train") as writer:  # resumed from the step-1 checkpoint: redoes 2 and 3
+        writer.write_resume(1)
+        store.poll()
+        assert sorted(store.batches) == [1]  # steps 2-3 are not what the (cut back) metrics log holds
+        writer.write_batch(2, 1, [TrajectoryGroup("g2-redo", 20, [make_trajectory(20)])])
+    store.poll()
+    superseded = [(s["step"], s["seed"], s["source"]) for s in store.summaries if s["superseded"]]
+    assert superseded == [(2, 2, "train"), (3, 3, "train"), (3, 30, "eval")]
+    assert [(s["step"], s["seed"]) for s in store.current()] == [(1, 1), (2, 20)]
+    assert sorted(store.batches) == [1, 2] and store.batch_groups(2)[0].seed == 20
+    assert [(s["step"], s["superseded"]) for s in Recording(tmp_path).summaries] == [
+        (s["step"], s["superseded"]) for s in store.summaries
+    ]  # a reader opened afterwards reads the same
+
+
 def test_reader_sees_records_appended_after_it_opened(tmp_path: Path) -> None:
     writer = RecordWriter(tmp_path, "live")
     writer.write_episode(make_trajectory(0))

@@ -223,3 +223,23 @@ def test_page_shows_episodes_recorded_after_it_loaded(browser: object, tmp_path:
         writer.write_episode(make_trajectory(1))  # the run goes on; the page's poll picks it up
         wait.until(lambda _: driver.find_element(By.ID, "list-count").text == "2 episodes")
     writer.close()
+
+
+def test_episodes_a_resume_superseded_are_listed_only_when_asked_for(tmp_path: Path) -> None:
+    from recording_helpers import make_trajectory
+
+    with RecordWriter(tmp_path, "train") as writer:
+        for seed in (1, 2):
+            writer.write_episode(make_trajectory(seed), step=2)
+        writer.write_resume(1)
+        writer.write_episode(make_trajectory(3), step=2)
+    with ViewerServer(Catalog(tmp_path)) as server:
+        listed = get(server, "/api/episodes?run=.")[1]
+        assert [e["seed"] for e in listed["episodes"]] == [3]
+        only_superseded = get(server, "/api/episodes?run=.&superseded=true")[1]
+        assert [e["seed"] for e in only_superseded["episodes"]] == [2, 1]
+        assert get(server, "/api/episodes?run=.&superseded=any")[1]["total"] == 3
+        runs = get(server, "/api/runs")[1]
+        status, body = get(server, "/api/episodes?run=.&superseded=maybe")
+        assert status == 400 and "superseded must be true, false or any" in json.dumps(body)
+    assert [(r["episodes"], r["superseded"]) for r in runs] == [(1, 2)]  # type: ignore[index, union-attr]

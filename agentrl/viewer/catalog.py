@@ -43,22 +43,27 @@ class RunView:
     def info(self) -> dict[str, Any]:
         with self.lock:
             self.store.poll()
-            steps = sorted({s["step"] for s in self.store.summaries if s["step"] is not None})
+            current = self.store.current()
             return {
                 "name": self.name,
                 "path": str(self.root),
-                "episodes": len(self.store.summaries),
-                "steps": steps,
+                "episodes": len(current),
+                "superseded": len(self.store.summaries) - len(current),
+                "steps": sorted({s["step"] for s in current if s["step"] is not None}),
                 "batches": sorted(self.store.batches),
-                "envs": sorted({s["env_id"] for s in self.store.summaries}),
-                "stop_reasons": sorted({s["stop_reason"] for s in self.store.summaries}),
-                "sources": sorted({s["source"] for s in self.store.summaries}),
+                "envs": sorted({s["env_id"] for s in current}),
+                "stop_reasons": sorted({s["stop_reason"] for s in current}),
+                "sources": sorted({s["source"] for s in current}),
                 "has_metrics": (self.root / METRICS_FILE).is_file(),
                 "tokens_decoded": self.decode is not None,
             }
 
     def episodes(self, query: Mapping[str, str]) -> dict[str, Any]:
-        """Summaries matching every given filter, newest first."""
+        """Summaries matching every given filter, newest first.
+
+        Episodes a resumed run superseded (recorded for steps it then redid) are left out unless
+        the query asks for them: `superseded=true` lists only those, `superseded=any` all.
+        """
         test = _filter(query)
         with self.lock:
             self.store.poll()
@@ -228,6 +233,11 @@ def _filter(query: Mapping[str, str]) -> Callable[[dict[str, Any]], bool]:
         if query["success"] not in ("true", "false"):
             raise BadQuery(f"success must be true or false, got {query['success']!r}")
         equal["success"] = query["success"] == "true"
+    superseded = query.get("superseded") or "false"
+    if superseded not in ("true", "false", "any"):
+        raise BadQuery(f"superseded must be true, false or any, got {superseded!r}")
+    if superseded != "any":
+        equal["superseded"] = superseded == "true"
     low = _number(query, "min_reward", float) if query.get("min_reward") else -math.inf
     high = _number(query, "max_reward", float) if query.get("max_reward") else math.inf
 

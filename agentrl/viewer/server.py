@@ -5,7 +5,8 @@ Routes (all GET):
     /static/<file>          its script and style sheet
     /api/runs               every run under the root, with its steps, envs and stop reasons
     /api/episodes?run=R&... episode summaries of run R matching the filters (step, env, seed,
-                            stop_reason, source, policy, success, min_reward, max_reward)
+                            stop_reason, source, policy, success, min_reward, max_reward,
+                            superseded: false by default, true or any)
     /api/episode?run=R&key=K one episode with its turns and per-token log-probs and versions
     /api/metrics?run=R      the run's metrics.jsonl records, for the curves
 

@@ -338,6 +338,8 @@ class TrainingRun:
         writer = MetricsWriter(paths.root)
         if config.record.enabled:
             self._recorder = StepRecorder(paths.root, config.record)
+            if checkpoint is not None:
+                self._recorder.resumed(state["step"])
         result = TrainResult(out=paths.root, steps=state["step"], version=learner.version, wall_time=0.0)
         await server.astart()  # spawned from the main thread: the server dies with the thread that started it
         self._supervisor = ServerSupervisor(server, learner, paths, config, self._log)

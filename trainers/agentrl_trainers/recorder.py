@@ -39,6 +39,10 @@ class StepRecorder:
         for trajectory in trajectories:
             self.writer.write_episode(trajectory, source="train", step=step)
 
+    def resumed(self, step: int) -> None:
+        """The run resumed from its step-`step` checkpoint: what later steps hold is superseded."""
+        self.writer.write_resume(step)
+
     def evaluation_episode(self, step: int, version: int, trajectory: Trajectory) -> None:
         if self.config.evaluations:
             self.writer.write_episode(trajectory, source="eval", step=step, policy=f"version {version}")

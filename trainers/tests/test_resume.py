@@ -72,3 +72,9 @@ def test_kill_9_then_resume_finishes_with_the_step_counter_continuing(tmp_path: 
     assert sorted(store.batches) == [1, 2, 3, 4, 5, 6]
     assert [store.batches[r["step"]].learner["loss"] for r in records] == [r["learner/loss"] for r in records]
     assert all(len(store.batch_groups(step)) == 2 for step in store.batches)
+    # Episodes recorded for steps the resume redid are superseded; the current ones are exactly
+    # the batches' (no step listed twice in the viewer).
+    current = {s["key"] for s in store.current() if s["source"] == "train"}
+    assert current == {key for b in store.batches.values() for g in b.groups for key in g.episodes}
+    resumed_at = int(text.split("resumed from step_")[1][:6])
+    assert all(s["step"] > resumed_at for s in store.summaries if s["superseded"])
