@@ -72,21 +72,28 @@ async def engine_stats(url: str) -> dict[str, Any]:
         return (await http.get(f"{url}/metrics", timeout=30)).json()["engine"]
 
 
-async def measure(
-    url: str, tokenizer: ChatTokenizer, make_env: Any, rollout: str, args: argparse.Namespace
-) -> tuple[float, list[TrajectoryGroup]]:
-    policy = PolicyClient(url, tokenizer, sampling=SamplingParams(max_tokens=args.max_tokens))
-    groups_per_batch = args.envs // args.group_size
-    manager = EnvManager(
+def bench_manager(
+    make_env: Any, policy: Any, rollout: str, args: argparse.Namespace, **options: Any
+) -> EnvManager:
+    """The manager the real run and its prediction share: a sync batch is every env slot."""
+    return EnvManager(
         make_env,
         policy,
         group_size=args.group_size,
         max_concurrency=args.envs,
         max_turns=args.max_turns,
         rollout=rollout,  # type: ignore[arg-type]
-        batch_groups=groups_per_batch,
-        step_timeout=120,
+        batch_groups=args.envs // args.group_size,
+        **options,
     )
+
+
+async def measure(
+    url: str, tokenizer: ChatTokenizer, make_env: Any, rollout: str, args: argparse.Namespace
+) -> tuple[float, list[TrajectoryGroup]]:
+    policy = PolicyClient(url, tokenizer, sampling=SamplingParams(max_tokens=args.max_tokens))
+    groups_per_batch = args.envs // args.group_size
+    manager = bench_manager(make_env, policy, rollout, args, step_timeout=120)
     started = time.perf_counter()
     groups = await manager.run(range(groups_per_batch * args.batches))
     seconds = time.perf_counter() - started
@@ -131,15 +138,7 @@ async def predict(
         )
 
     groups_per_batch = args.envs // args.group_size
-    manager = EnvManager(
-        make_env,
-        policy,
-        group_size=args.group_size,
-        max_concurrency=args.envs,
-        max_turns=args.max_turns,
-        rollout=rollout,  # type: ignore[arg-type]
-        batch_groups=groups_per_batch,
-    )
+    manager = bench_manager(make_env, policy, rollout, args)
     loop = asyncio.get_running_loop()
     started = loop.time()
     # more batches than the real run: the prediction's own sampling noise is then small

@@ -59,7 +59,7 @@ import itertools
 import logging
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -168,10 +168,7 @@ class StalenessBuffer:
             return
         for seed in seeds:
             async with self._cond:
-                if not self._admission_open():
-                    started = time.perf_counter()
-                    await self._cond.wait_for(self._admission_open)
-                    self._producer_wait += time.perf_counter() - started
+                await self._producer_waits_for(self._admission_open)
                 if self._closed:
                     return
                 self._admitted += 1
@@ -184,10 +181,7 @@ class StalenessBuffer:
         this version's round short."""
         while True:
             async with self._cond:
-                if not self._round_open():
-                    started = time.perf_counter()
-                    await self._cond.wait_for(self._round_open)
-                    self._producer_wait += time.perf_counter() - started
+                await self._producer_waits_for(self._round_open)
                 if self._closed:
                     return
                 round_seeds: list[int]
@@ -209,6 +203,13 @@ class StalenessBuffer:
                     self._admission_versions[seed].append(self._version)
             for seed in round_seeds:
                 yield seed
+
+    async def _producer_waits_for(self, is_open: Callable[[], bool]) -> None:
+        """Wait (holding `_cond`) until `is_open()`, counting the time in the producer's wait."""
+        if not is_open():
+            started = time.perf_counter()
+            await self._cond.wait_for(is_open)
+            self._producer_wait += time.perf_counter() - started
 
     def _round_open(self) -> bool:
         """A new round may start once the last one is all in: at a new version, or (make-up) when
