@@ -471,42 +471,46 @@ def _short(value: float, target: float) -> str:
     return "meets it" if value >= target else f"short by {1 - value / target:.1%}"
 
 
+def _target_lines(
+    title: str, base: Result, rows: list[Result], ratio_target: float, util_target: float | None = None
+) -> list[str]:
+    """The verdict on one speedup target (and utilisation target, if any) over `rows` vs `base`."""
+    with_util = util_target is not None
+    met = [
+        r
+        for r in rows
+        if r.traj_per_s / base.traj_per_s >= ratio_target and (util_target is None or r.util >= util_target)
+    ]
+    desc = ", ".join(
+        f"{r.mode.label} {r.traj_per_s / base.traj_per_s:.2f}x" + (f" at {r.util:.1%}" if with_util else "")
+        for r in met
+    )
+    lines = [f"target {title}: " + (f"MET by {desc}" if met else "NOT MET")]
+    for r in rows:
+        if r not in met:
+            ratio = r.traj_per_s / base.traj_per_s
+            util = f"util {r.util:.1%}" + (
+                f" ({_short(r.util, util_target)})" if util_target is not None else ""
+            )
+            lines.append(f"    {r.mode.label}: {ratio:.2f}x ({_short(ratio, ratio_target)}), {util}")
+    return lines
+
+
 def verdicts(tables: dict[str, list[Result]]) -> list[str]:
     """One line per target: which rows meet it, or by how much the closest falls short, and why."""
     lines = []
     if "agentic" in tables:
         results = tables["agentic"]
-        base = results[0]
         rows = [r for r in results[1:] if r.mode.rollout == "async"]
-        met = [r for r in rows if r.traj_per_s / base.traj_per_s >= AGENTIC_TARGET and r.util >= UTIL_TARGET]
-        desc = ", ".join(f"{r.mode.label} {r.traj_per_s / base.traj_per_s:.2f}x at {r.util:.1%}" for r in met)
-        lines.append(
-            f"target agentic (env-level async >= {AGENTIC_TARGET}x sync, util >= {UTIL_TARGET:.0%}): "
-            + (f"MET by {desc}" if met else "NOT MET")
-        )
-        for r in rows:
-            if r not in met:
-                ratio = r.traj_per_s / base.traj_per_s
-                lines.append(
-                    f"    {r.mode.label}: {ratio:.2f}x ({_short(ratio, AGENTIC_TARGET)}), util {r.util:.1%} "
-                    f"({_short(r.util, UTIL_TARGET)})"
-                )
+        title = f"agentic (env-level async >= {AGENTIC_TARGET}x sync, util >= {UTIL_TARGET:.0%})"
+        lines += _target_lines(title, results[0], rows, AGENTIC_TARGET, UTIL_TARGET)
     if "rlvr" in tables:
         results = tables["rlvr"]
         base = results[0]
         rows = [r for r in results[1:] if r.mode.rollout == "async" and r.mode.max_staleness > 0]
-        met = [r for r in rows if r.traj_per_s / base.traj_per_s >= RLVR_TARGET]
-        desc = ", ".join(f"{r.mode.label} {r.traj_per_s / base.traj_per_s:.2f}x" for r in met)
-        lines.append(
-            f"target RLVR (queue scheduling + async >= {RLVR_TARGET}x sync): "
-            + (f"MET by {desc}" if met else "NOT MET")
+        lines += _target_lines(
+            f"RLVR (queue scheduling + async >= {RLVR_TARGET}x sync)", base, rows, RLVR_TARGET
         )
-        for r in rows:
-            if r not in met:
-                ratio = r.traj_per_s / base.traj_per_s
-                lines.append(
-                    f"    {r.mode.label}: {ratio:.2f}x ({_short(ratio, RLVR_TARGET)}), util {r.util:.1%}"
-                )
         lines.append(
             f"    why: sync batch dispatch runs at {base.util:.1%} of its never-idle bound "
             f"({base.ideal_traj_per_s:.2f} traj/s), so a mode at 100% of that bound is at most "
