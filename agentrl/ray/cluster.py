@@ -32,7 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from agentrl.errors import AgentRLError
+from agentrl.errors import AgentRLError, InvalidArgumentError
 from agentrl.serving.process import free_port
 
 RAY_HINT = 'Ray is not installed: pip install "agentrl[ray]"'
@@ -114,7 +114,7 @@ class LoopbackCluster:
         dashboard: bool = False,
     ) -> None:
         if nodes < 1:
-            raise ValueError(f"a cluster needs at least one node, got {nodes}")
+            raise InvalidArgumentError(f"a cluster needs at least one node, got {nodes}")
         self.nodes = nodes
         self.cpus_per_node = cpus_per_node
         self.object_store_bytes = object_store_bytes

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agentrl.errors import AgentRLError, PolicyError
+from agentrl.errors import AgentRLError, InvalidArgumentError, PolicyError
 from agentrl.generation import SamplingParams
 from agentrl.ray.cluster import import_ray
 
@@ -246,7 +246,7 @@ class ReplicaPool:
         probe_every: float = 1.0,
     ) -> None:
         if replicas < 1:
-            raise ValueError(f"replicas must be >= 1, got {replicas}")
+            raise InvalidArgumentError(f"replicas must be >= 1, got {replicas}")
         self.model_dir = str(Path(model_dir).resolve())
         self.replicas = replicas
         self.cpus = cpus_per_replica

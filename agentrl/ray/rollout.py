@@ -30,7 +30,7 @@ import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import Any
 
-from agentrl.errors import AgentRLError
+from agentrl.errors import AgentRLError, InvalidArgumentError
 from agentrl.ray.cluster import import_ray
 from agentrl.ray.env_worker import EnvWorker, ManagerSpec, PolicySpec
 from agentrl.ray.queue import Lease, TaskQueue
@@ -55,7 +55,7 @@ class RayRollout:
         on_trajectory: Callable[[Trajectory], None] | None = None,
     ) -> None:
         if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
+            raise InvalidArgumentError(f"workers must be >= 1, got {workers}")
         self.spec = manager
         self.policy = policy
         self.workers = workers
