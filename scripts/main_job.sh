@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The main job, from a fresh machine: install agentrl, then train a multi-turn agent end to end.
 #
-#   bash scripts/main_job.sh [CONFIG]      (default: examples/guess_number.yaml)
+#   bash scripts/main_job.sh [CONFIG]      (default: examples/number_line.yaml)
 #
 # `agentrl train` builds a tiny model and tokenizer from scratch, warm-starts it on format-correct
 # random play (the format, no strategy), serves it, and trains it with RL; `agentrl eval` then
 # measures the warm-started and the trained model on the same held-out seeds, beside the env's
-# reference policies (a player that ignores every hint, one that guesses within the hints, the
-# expert), so the figures the README quotes and their floor and ceiling come from one command.
+# reference policies (a player that ignores every reply, one that follows the replies at random,
+# the expert), so the figures the README quotes and their floor and ceiling come from one command.
 # Each invocation writes a new run directory (runs/<config name>-<time>), with the plot of
 # held-out success over training against the references in plots/eval_success.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CONFIG=${1:-examples/guess_number.yaml}
+CONFIG=${1:-examples/number_line.yaml}
 job_started=$(date +%s)
 
 bash scripts/install.sh
