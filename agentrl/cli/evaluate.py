@@ -74,10 +74,11 @@ def evaluate(
             + ("greedy" if temperature == 0 else f"temperature {temperature}, sampling seed {sampling_seed}"),
             soft_wrap=True,
         )
+        width = max((len(name) for name in baselines), default=0)
         for name, ref in baselines.items():
             gap = 100 * (report.success_rate - ref.success_rate)
             console.print(
-                f"  reference {name:<16} {ref.success_rate:6.1%}  model {gap:+5.1f} points"
+                f"  reference {name:<{width}} {ref.success_rate:6.1%}  model {gap:+5.1f} points"
                 f"  ({described[name]})",
                 markup=False,
                 soft_wrap=True,
