@@ -20,6 +20,9 @@ Workloads (group size 8; samples per step = envs, so every mode trains on the sa
   agentic-rare   the same with tool calls mostly fast: 0.3 s, 5% of them 30 s
   rlvr     single turn: response lognormal(1000 tok, sigma 0.9, max 16384), verifier latency
            lognormal(median 1 s, sigma 0.8, max 30 s), prompt 300 tokens
+  rlvr-prompt    the same with the length set mostly by the prompt: each task draws a factor
+           lognormal(1, sigma 0.8, max 16) that all its samples (and re-rolls) share, times a
+           per-sample lognormal(1000 tok, sigma 0.4): the same total spread, hard prompts long
 
 Modes (rows), every one a full loop of `--steps` optimizer steps at equal samples per step:
   (a) sync           rollout="batch" (lockstep turns / batch dispatch) + sync training
@@ -86,6 +89,8 @@ class Workload:
     max_tokens: int
     max_turns: int
     group_size: int = 8
+    # each task's response-length factor, shared by all its samples (None: lengths per request)
+    prompt_factor: Distribution | None = None
 
 
 AGENTIC = Workload(
@@ -109,7 +114,16 @@ RLVR = Workload(
     max_tokens=16384,
     max_turns=1,
 )
-WORKLOADS = {w.name: w for w in (AGENTIC, AGENTIC_RARE, RLVR)}
+# RLVR with the length set by the prompt: the same total spread as `rlvr` (sigma sqrt(0.8^2 +
+# 0.4^2) = 0.89 vs 0.9), four fifths of its variance between prompts: some prompts are hard and
+# every sample of them runs long, the case tail batching is built for.
+RLVR_PROMPT = replace(
+    RLVR,
+    name="rlvr-prompt",
+    response_tokens=LogNormal(1000, 0.4, cap=16384, floor=1),
+    prompt_factor=LogNormal(1.0, 0.8, cap=16.0),
+)
+WORKLOADS = {w.name: w for w in (AGENTIC, AGENTIC_RARE, RLVR, RLVR_PROMPT)}
 
 
 def _scale(dist: Distribution, factor: float) -> Distribution:
@@ -293,7 +307,11 @@ async def run_loop(
     """One training run: the real manager and buffer, the modelled engine, envs and learner."""
     loop = asyncio.get_running_loop()
     engine = LatencyEngine(
-        engine_profile, response_tokens=workload.response_tokens, eos_token_id=2, token_pool=range(3, 4003)
+        engine_profile,
+        response_tokens=workload.response_tokens,
+        eos_token_id=2,
+        token_pool=range(3, 4003),
+        prompt_factor=workload.prompt_factor,
     )
     await engine.start()
     policy = EnginePolicy(engine, word_ids, sampling=SamplingParams(max_tokens=workload.max_tokens))
@@ -308,6 +326,7 @@ async def run_loop(
             turns=workload.turns,
             observation_tokens=workload.observation_tokens,
             prompt_tokens=workload.prompt_tokens,
+            task_prompts=workload.prompt_factor is not None,
             seed=next(env_seeds),
         )
 
@@ -504,12 +523,14 @@ def verdicts(tables: dict[str, list[Result]]) -> list[str]:
         rows = [r for r in results[1:] if r.mode.rollout == "async"]
         title = f"agentic (env-level async >= {AGENTIC_TARGET}x sync, util >= {UTIL_TARGET:.0%})"
         lines += _target_lines(title, results[0], rows, AGENTIC_TARGET, UTIL_TARGET)
-    if "rlvr" in tables:
-        results = tables["rlvr"]
+    for name in ("rlvr", "rlvr-prompt"):
+        if name not in tables:
+            continue
+        results = tables[name]
         base = results[0]
         rows = [r for r in results[1:] if r.mode.rollout == "async" and r.mode.max_staleness > 0]
         lines += _target_lines(
-            f"RLVR (queue scheduling + async >= {RLVR_TARGET}x sync)", base, rows, RLVR_TARGET
+            f"RLVR, {name} (queue scheduling + async >= {RLVR_TARGET}x sync)", base, rows, RLVR_TARGET
         )
         lines.append(
             f"    why: sync batch dispatch runs at {base.util:.1%} of its never-idle bound "
@@ -720,7 +741,9 @@ def main() -> None:
     parser.add_argument(
         "--token-scale", type=float, default=1.0, help="scale every token count (0.1 fits the CPU tiny model)"
     )
-    parser.add_argument("--tables", default="agentic,agentic-rare,rlvr", help="workloads of the mode tables")
+    parser.add_argument(
+        "--tables", default="agentic,agentic-rare,rlvr,rlvr-prompt", help="workloads of the mode tables"
+    )
     parser.add_argument(
         "--sweep-steps", type=int, default=6, help="optimizer steps per point of the env sweep"
     )

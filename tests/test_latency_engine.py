@@ -14,7 +14,7 @@ from agentrl.rollout.manager import EnvManager
 from agentrl.serving.engine_api import InvalidRequest
 from agentrl.serving.latency_engine import LatencyEngine, LatencyProfile
 from agentrl.sim.clock import run_virtual
-from agentrl.sim.distributions import Constant
+from agentrl.sim.distributions import Constant, LogNormal
 from agentrl.sim.env import LatencyEnv
 from tests.policy_server_helpers import running_server
 
@@ -255,3 +255,31 @@ def test_stream_gives_the_whole_response_as_one_final_chunk_and_metrics_report_i
     chunks, metrics = run_virtual(main())
     assert len(chunks) == 1 and chunks[0].finish_reason == "stop" and len(chunks[0].token_ids) == 7
     assert metrics["finished"] == 1 and metrics["running"] == 0 and metrics["modelled"] is True
+
+
+def test_a_prompt_factor_gives_every_sample_of_one_prompt_the_same_length_scale():
+    async def main():
+        e = engine(length=100, prompt_factor=LogNormal(1.0, 1.0, cap=3.0, floor=0.1))
+        await e.start()
+        params = SamplingParams(max_tokens=1000)
+        prompts = [[5, 6, seed] for seed in range(12)]
+        lengths = [
+            [len((await e.generate(prompt, params)).token_ids) for _ in range(3)] for prompt in prompts
+        ]
+        await e.stop()
+        return lengths
+
+    lengths = run_virtual(main())
+    assert all(len(set(per_prompt)) == 1 for per_prompt in lengths)  # re-asked prompts repeat
+    assert len({per_prompt[0] for per_prompt in lengths}) > 6  # different prompts differ
+    assert all(10 <= per_prompt[0] <= 300 for per_prompt in lengths)  # 100 x [floor, cap]
+    # Without a factor the same prompts keep the workload's own length.
+    plain = run_virtual(_lengths_of(engine(length=100), [[5, 6, seed] for seed in range(4)]))
+    assert plain == [100] * 4
+
+
+async def _lengths_of(e: LatencyEngine, prompts: list[list[int]]) -> list[int]:
+    await e.start()
+    out = [len((await e.generate(p, SamplingParams(max_tokens=1000))).token_ids) for p in prompts]
+    await e.stop()
+    return out

@@ -90,3 +90,20 @@ def test_engine_policy_builds_the_episode_token_layout_and_frees_sessions():
         assert len(second.prompt_token_ids) == 5 and second.action_token_ids == [9, 9, 2]
     assert engine.stats.cached_prompt_tokens > 0  # the second turn reused the first's prefix
     assert not policy._contexts and not engine._sessions
+
+
+def test_task_prompts_are_shared_within_a_task_and_differ_between_tasks():
+    async def first_prompt(env: LatencyEnv, seed: int) -> list[int]:
+        return word_ids((await env.areset(seed=seed))[0])
+
+    async def main():
+        tagged = [LatencyEnv(prompt_tokens=Constant(5), task_prompts=True, seed=s) for s in range(2)]
+        same = [await first_prompt(env, 7) for env in tagged]
+        other = await first_prompt(tagged[0], 8)
+        plain = await first_prompt(LatencyEnv(prompt_tokens=Constant(5)), 7)
+        return same, other, plain
+
+    same, other, plain = run_virtual(main())
+    assert same[0] == same[1] and len(same[0]) == 6  # the tag word, then 5 filler words
+    assert other != same[0] and other[1:] == same[0][1:]
+    assert plain == [7] * 5  # untagged prompts are filler only, as before

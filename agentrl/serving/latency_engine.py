@@ -13,8 +13,11 @@ each step *waits* the time the profile gives instead of computing:
     weight sync:  weight_sync_s between two steps, every running request kept ("keep" policy)
 
 The response length of each request comes from `response_tokens` (a distribution; capped by
-`max_tokens` and the context), and the tokens are real ids drawn from `token_pool`, ending with
-EOS when the length was not cut short, so the client, the ledger and the trainer run unchanged.
+`max_tokens` and the context), times, with `prompt_factor`, a factor drawn once per distinct
+prompt (seeded by the prompt's ids, so every sample of one prompt, re-rolled or not, shares it:
+hard prompts whose responses all run long, the premise of tail batching), and the tokens are
+real ids drawn from `token_pool`, ending with EOS when the length was not cut short, so the
+client, the ledger and the trainer run unchanged.
 Waiting is `asyncio` time: on a normal loop the engine takes real seconds, on
 `agentrl.sim.clock.VirtualClockLoop` virtual ones (see there for what that leaves out).
 
@@ -27,9 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import math
 import random
+import struct
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -39,7 +44,7 @@ from typing import Any
 from agentrl.errors import InvalidArgumentError, PolicyError
 from agentrl.generation import GenerationResult, SamplingParams
 from agentrl.serving.engine_api import EngineOverloaded, GenerationChunk, InvalidRequest, check_version
-from agentrl.sim.distributions import Distribution, sample_int
+from agentrl.sim.distributions import Distribution
 from agentrl.sim.profiles import profile_from_mapping, read_profile
 
 
@@ -138,11 +143,14 @@ class LatencyEngine:
         max_queue: int = 1 << 20,
         session_tokens: int | None = None,
         version: int = 0,
+        prompt_factor: Distribution | None = None,
     ) -> None:
         if not token_pool:
             raise InvalidArgumentError("token_pool must not be empty")
         self.profile = profile
         self.response_tokens = response_tokens
+        self.prompt_factor = prompt_factor
+        self._seed = seed
         self.eos_token_id = eos_token_id
         self.token_pool = list(token_pool)
         # responses are slices of one long random sequence over the pool: cheap, and real ids
@@ -200,7 +208,7 @@ class LatencyEngine:
         if len(self._queue) >= self.max_queue:
             raise EngineOverloaded(f"request queue is full ({self.max_queue} waiting); retry later")
         room = min(self.profile.max_len, self.profile.kv_capacity_tokens) - len(prompt_token_ids)
-        wanted = sample_int(self.response_tokens, self._rng)
+        wanted = self._wanted_tokens(prompt_token_ids)
         target = max(1, min(wanted, params.max_tokens, room))
         req = _Request(
             prompt=list(prompt_token_ids),
@@ -292,6 +300,14 @@ class LatencyEngine:
             raise InvalidRequest(f"temperature must be >= 0, got {p.temperature}")
         if not 0 < p.top_p <= 1:
             raise InvalidRequest(f"top_p must be in (0, 1], got {p.top_p}")
+
+    def _wanted_tokens(self, prompt: list[int]) -> int:
+        """The response length this request would reach without a limit."""
+        tokens = self.response_tokens.sample(self._rng)
+        if self.prompt_factor is not None:
+            digest = hashlib.blake2b(struct.pack(f"<q{len(prompt)}q", self._seed, *prompt), digest_size=8)
+            tokens *= self.prompt_factor.sample(random.Random(digest.digest()))
+        return max(1, round(tokens))
 
     def _attach_session(self, req: _Request) -> None:
         req.uncached = len(req.prompt)
