@@ -9,9 +9,10 @@ random.
 Why it exists beside GuessNumber: on GuessNumber, using a reply means comparing numbers (the
 guess it refers to, the bounds earlier replies set), and a 1M-parameter model built from scratch
 does not learn to read numbers from its context within a CPU budget (`bench/feedback_probe.py`
-measures it: its next guess ignores the stated range even after 512 supervised steps on play that
-follows it). Here the reply's word alone says which way to move, so what is learned is the
-multi-turn skill itself: act on what the environment said, turn after turn. A model that gets
+measures it: after 512 supervised steps on play that follows the replies, its next guess lands in
+the stated range no more often than the reply's word alone allows). Here the reply's word alone
+says which way to move, so what is learned is the multi-turn skill itself: act on what the
+environment said, turn after turn. A model that gets
 this has learned to use feedback; a model that does not stays at the `random` reference.
 """
 
