@@ -163,7 +163,9 @@ async def test_cancelling_a_creation_at_any_point_leaves_nothing(backend: str) -
     require_backend(backend)
     pool = create_pool(backend, size=1)
     await pool.backend.prepare()
-    for delay in (0.0, 0.01, 0.05, 0.1, 0.2, 0.4, 0.8):
+    # The first few delays land inside the spawn itself (a process backend's `unshare` is being
+    # started), where a cancel once left the namespace's first process running as an orphan.
+    for delay in (0.0, 0.001, 0.002, 0.003, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8):
         creation = asyncio.create_task(pool.backend.create())
         await asyncio.sleep(delay)
         creation.cancel()
@@ -193,6 +195,11 @@ async def test_a_cancelled_close_still_removes_everything(backend: str) -> None:
 SIGINT_SCRIPT = """
 import asyncio, os, signal
 from agentrl.sandbox import create_pool
+
+# A process started in the background by a non-interactive shell inherits SIGINT ignored, and
+# Python then installs no KeyboardInterrupt handler: restore it, so this is Ctrl-C wherever the
+# test suite itself was started from.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 async def main():
     async with create_pool({backend!r}, size=3) as pool:

@@ -45,6 +45,7 @@ from pathlib import Path
 
 from agentrl.errors import SandboxError
 from agentrl.sandbox._client import RUNNER_SOURCE, Channel, RunnerSandbox
+from agentrl.sandbox._shield import finish_despite_cancel
 from agentrl.sandbox.config import SandboxConfig
 from agentrl.sandbox.pool import Backend
 
@@ -197,10 +198,9 @@ class ProcessBackend(Backend):
             "/bin/sh", "-c", PROLOGUE, "sh", str(host_dir / "root"),
             str(self.config.work_mb), str(self.config.tmp_mb), RUNNER_SOURCE, self.runner_config,
         ]  # fmt: skip
-        try:
-            with open(host_dir / "runner.log", "wb") as log:
-                # A cancellation inside this call kills the half-started child (asyncio does).
-                proc = await asyncio.create_subprocess_exec(
+        with open(host_dir / "runner.log", "wb") as log:
+            spawning = asyncio.ensure_future(
+                asyncio.create_subprocess_exec(
                     *argv,
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
@@ -208,9 +208,17 @@ class ProcessBackend(Backend):
                     start_new_session=True,
                     limit=1 << 30,  # one reply line carries a whole run's output, base64-encoded
                 )
-        except BaseException:
-            shutil.rmtree(host_dir, ignore_errors=True)
-            raise
+            )
+            try:
+                # The spawn is not cancelled half-way: asyncio would then kill `unshare` alone, and
+                # a namespace child forked just before (its parent-death signal not yet armed)
+                # would live on as an orphan. Once spawned, the whole process group is killed.
+                proc = await finish_despite_cancel(spawning)
+            except BaseException:
+                if spawning.done() and not spawning.cancelled() and spawning.exception() is None:
+                    await finish_despite_cancel(PipeChannel(spawning.result()).close())
+                shutil.rmtree(host_dir, ignore_errors=True)
+                raise
         sandbox = ProcessSandbox(name, PipeChannel(proc), host_dir)
         try:
             await sandbox.check_started()
