@@ -31,9 +31,14 @@ Modes (rows), every one a full loop of `--steps` optimizer steps at equal sample
   (d) queue          RLVR: rollout="async" groups queued one by one vs (a)'s batch dispatch
   (e) +async-train-k (b)/(c)/(d) with max_staleness k = 1, 2, 4 (envs in flight up to
                      (k + 1) x batch, as the admission rule allows)
-  (f) tail-batching  rollout-side tail batching (RollPacker) on (a): each synchronous batch launches
-                     25% more groups, stops once a step's worth is done, and re-rolls the cut-off
-                     groups together in dedicated long rounds (env.speculative_groups); vs (a) = off
+  (f) tail-batching  rollout-side tail batching (RollPacker), synchronous training: rollout in
+                     rounds, one per step, each episode on its own clock inside its round
+                     (rollout="rounds"); a short round launches eta = 1.25 times the prompts and
+                     the responses per prompt (25% more groups, 2 more episodes per group of 8),
+                     keeps the first 8 responses of the first groups to complete, and re-rolls the
+                     cut-off groups together in a long round that speculates on nothing
+                     (env.speculative_groups + env.redundancy). Compared with (a), and with (c),
+                     which launches the same extra responses but defers no prompt
 
 Columns, every rate over the steady window (from the end of step `--warmup` to the end of the
 last step, so a pipeline's start-up and the rollouts still in flight at the end count against no
@@ -74,6 +79,7 @@ from agentrl.serving.latency_engine import LatencyEngine, LatencyProfile
 from agentrl.sim.clock import run_virtual
 from agentrl.sim.distributions import Constant, Distribution, LogNormal, RareSlow
 from agentrl.sim.env import LatencyEnv, word_ids
+from agentrl.trajectory import Trajectory
 
 DEFAULT_PROFILE = Path(__file__).parent / "profiles" / "h100-7b-assumed.json"
 
@@ -154,10 +160,17 @@ class Mode:
     redundancy: int = 0
     max_staleness: int = 0
     tail_extra: float = 0.0  # rollout-side tail batching: extra groups per batch, share of a step
+    # episodes in flight at most, in batches (a step's episodes); None: as many as admission allows,
+    # (max_staleness + 1) batches. AReaL's two knobs: staleness bounds the oldest data trained,
+    # this bounds how much is in flight (and so the mean staleness and each episode's share).
+    in_flight: float | None = None
 
 
 SYNC = Mode("(a) sync", rollout="batch")
-TAIL = Mode("(f) sync +tail-batching 25%", rollout="batch", tail_extra=0.25)
+# AReaL's two knobs apart: a loose staleness bound for the stragglers, a tight cap on what is in flight
+CAPPED = Mode("(e) env-async +async-train-8, 1.25 batches in flight", max_staleness=8, in_flight=1.25)
+# RollPacker's eta = 1.25 on prompts (extra groups) and on responses per prompt (2 per group of 8)
+TAIL = Mode("(f) rounds +tail-batching eta 1.25", rollout="rounds", redundancy=2, tail_extra=0.25)
 
 
 def modes_for(workload: Workload, staleness: tuple[int, ...]) -> list[Mode]:
@@ -169,14 +182,14 @@ def modes_for(workload: Workload, staleness: tuple[int, ...]) -> list[Mode]:
         rows += [
             Mode(f"(e) queue +redundant +async-train-{k}", redundancy=2, max_staleness=k) for k in staleness
         ]
-        rows += [TAIL]
+        rows += [replace(CAPPED, label=CAPPED.label.replace("env-async", "queue")), TAIL]
         return rows
     rows = [SYNC, Mode("(b) env-async"), Mode("(c) env-async +redundant", redundancy=2)]
     rows += [Mode(f"(e) env-async +async-train-{k}", max_staleness=k) for k in staleness]
     rows += [
         Mode(f"(e) env-async +redundant +async-train-{k}", redundancy=2, max_staleness=k) for k in staleness
     ]
-    rows += [TAIL]
+    rows += [CAPPED, TAIL]
     return rows
 
 
@@ -187,12 +200,15 @@ class Mark:
     time: float
     trained: int  # trajectories trained so far
     finished: int  # episodes the envs ended (terminated/truncated), trained or not
-    prefilled: int  # engine counters
+    needed_prefill: int  # tokens the finished episodes needed prefilled (each once)
+    needed_decode: int  # tokens the finished episodes sampled
+    prefilled: int  # engine counters: what it did, recomputation and cancelled requests included
     generated: int
     decode_tokens: int
     decode_context: int
     engine_busy_s: float
     trainer_busy_s: float
+    staleness: tuple[int, ...] = ()  # of each group trained at this step (trainer version - oldest token)
 
 
 @dataclass
@@ -248,21 +264,40 @@ class Result:
         first, last = self._window
         return (last.trainer_busy_s - first.trainer_busy_s) / self.seconds
 
-    @property
-    def engine_work_s(self) -> float:
-        """The window's engine work done back to back at the largest batch the profile allows:
-        prefill tokens x prefill cost + decode tokens / saturated decode tokens per second."""
+    def _work_s(self, prefilled: int, sampled: int) -> float:
+        """Seconds of engine work at the largest batch the profile allows: prefill tokens x
+        prefill cost + sampled tokens / saturated decode tokens per second at the window's mean
+        context."""
         first, last = self._window
         profile = self.engine_profile
         decoded = last.decode_tokens - first.decode_tokens
         mean_context = (last.decode_context - first.decode_context) / max(decoded, 1)
-        prefill = (last.prefilled - first.prefilled) * profile.prefill_per_token_s
-        return prefill + (last.generated - first.generated) / profile.saturated_tokens_per_s(mean_context)
+        decode_rate = profile.saturated_tokens_per_s(mean_context)
+        return prefilled * profile.prefill_per_token_s + sampled / decode_rate
+
+    @property
+    def engine_work_s(self) -> float:
+        """The work the window's finished episodes needed, at full batch: their prompt and
+        observation tokens prefilled once, their sampled tokens. What else the engine did
+        (recomputing a preempted or evicted context, the tokens of cancelled or cut-off
+        episodes) is not in it, so it counts against utilisation, not in the bound."""
+        first, last = self._window
+        return self._work_s(
+            last.needed_prefill - first.needed_prefill, last.needed_decode - first.needed_decode
+        )
+
+    @property
+    def wasted_frac(self) -> float:
+        """Share of the engine's work, at full batch, that no finished episode needed."""
+        first, last = self._window
+        spent = self._work_s(last.prefilled - first.prefilled, last.generated - first.generated)
+        return max(0.0, 1 - self.engine_work_s / max(spent, 1e-9))
 
     @property
     def ideal_traj_per_s(self) -> float:
-        """The never-idle bound: episodes the window finished over its engine work at full batch,
-        i.e. the trajectories/s of an engine that is never idle and always runs a full batch."""
+        """The never-idle bound: episodes the window finished over the work they needed at full
+        batch, i.e. the trajectories/s of an engine that is never idle, always runs a full batch
+        and does nothing else."""
         first, last = self._window
         return (last.finished - first.finished) / max(self.engine_work_s, 1e-9)
 
@@ -284,6 +319,16 @@ class Result:
     def full_batch_frac(self) -> float:
         """The window's engine work at full batch over its elapsed time (util = this x kept_frac)."""
         return self.engine_work_s / self.seconds
+
+    @property
+    def staleness_mean(self) -> float:
+        """Mean staleness of the groups trained in the window (0 = on-policy)."""
+        trained = [s for m in self.marks[self.warmup + 1 :] for s in m.staleness]
+        return sum(trained) / max(len(trained), 1)
+
+    @property
+    def staleness_max(self) -> int:
+        return max((s for m in self.marks[self.warmup + 1 :] for s in m.staleness), default=0)
 
     @property
     def rollout_s_per_step(self) -> float:
@@ -333,16 +378,30 @@ async def run_loop(
     buffer = StalenessBuffer(
         groups_per_step, mode.max_staleness, dynamic_filter=False, speculative_groups=speculative
     )
+    needed = [0, 0]  # tokens the finished episodes needed: prefilled once, sampled
+
+    def count_needed(trajectory: Trajectory) -> None:
+        if trajectory.stop_reason.finished:
+            turns = trajectory.turns
+            # each turn prefills its new tokens, and the previous turn's last sampled token
+            needed[0] += sum(len(t.prompt_token_ids) for t in turns) + max(len(turns) - 1, 0)
+            needed[1] += sum(len(t.action_token_ids) for t in turns)
+
     manager = EnvManager(
         make_env,
         policy,
         group_size=workload.group_size,
         redundancy=mode.redundancy,
-        max_concurrency=width * (groups_per_step + speculative) * (mode.max_staleness + 1),
+        max_concurrency=round(
+            width
+            * (groups_per_step + speculative)
+            * (mode.max_staleness + 1 if mode.in_flight is None else mode.in_flight)
+        ),
         max_turns=workload.max_turns,
         rollout=mode.rollout,  # type: ignore[arg-type]
         batch_groups=groups_per_step,
         speculative_groups=speculative,
+        on_trajectory=count_needed,
     )
     learner = SimulatedLearner(trainer)
 
@@ -350,18 +409,21 @@ async def run_loop(
         async for group in manager.stream(buffer.admitted(itertools.count())):
             await buffer.put(group)
 
-    def mark() -> Mark:
+    def mark(staleness: tuple[int, ...] = ()) -> Mark:
         stats = engine.stats
         return Mark(
             loop.time() - started,
             trained,
             manager.stats.finished,
+            needed[0],
+            needed[1],
             stats.prefilled_tokens,
             stats.generated_tokens,
             stats.decode_tokens,
             stats.decode_context_tokens,
             stats.busy_s,
             learner.busy_s,
+            staleness,
         )
 
     wall = time.perf_counter()
@@ -373,10 +435,11 @@ async def run_loop(
         for _ in range(steps):
             groups = await buffer.get_batch(groups_per_step, learner.version)
             trained += sum(len(g.trajectories) for g in groups)
+            staleness = tuple(learner.version - (g.oldest_version or 0) for g in groups)
             await learner.train_step(groups)
             await engine.update_weights(None, learner.version)
             await buffer.set_version(learner.version)
-            marks.append(mark())
+            marks.append(mark(staleness))
     finally:
         producer.cancel()
         await asyncio.gather(producer, return_exceptions=True)
@@ -406,6 +469,7 @@ FIELDS = [
     "max_staleness",
     "redundancy",
     "tail_extra",
+    "in_flight_batches",
     "steps",
     "warmup_steps",
     "modelled_seconds",
@@ -418,6 +482,9 @@ FIELDS = [
     "engine_util",
     "full_batch_frac",
     "kept_frac",
+    "wasted_frac",
+    "staleness_mean",
+    "staleness_max",
     "ratio_vs_a",
     "wall_s",
 ]
@@ -432,6 +499,7 @@ def row(result: Result, baseline: Result | None) -> dict[str, Any]:
         "max_staleness": m.max_staleness,
         "redundancy": m.redundancy,
         "tail_extra": m.tail_extra,
+        "in_flight_batches": m.in_flight if m.in_flight is not None else m.max_staleness + 1,
         "steps": result.steps,
         "warmup_steps": result.warmup,
         "modelled_seconds": round(result.run_seconds, 1),
@@ -444,6 +512,9 @@ def row(result: Result, baseline: Result | None) -> dict[str, Any]:
         "engine_util": round(result.util, 3),
         "full_batch_frac": round(result.full_batch_frac, 3),
         "kept_frac": round(result.kept_frac, 3),
+        "wasted_frac": round(result.wasted_frac, 3),
+        "staleness_mean": round(result.staleness_mean, 2),
+        "staleness_max": result.staleness_max,
         "ratio_vs_a": round(result.traj_per_s / baseline.traj_per_s, 3) if baseline else "",
         "wall_s": round(result.wall_s, 1),
     }
@@ -455,13 +526,14 @@ def print_table(title: str, results: list[Result]) -> None:
         f"\n== {title} (MODELLED: {first.envs} envs = samples per step, {first.steps} steps, rates over "
         f"steps {first.warmup + 1}-{first.steps})"
     )
-    head = ("traj/s", "steps/h", "busy", "trainer", "bound", "util", "=full", "x kept", "vs (a)")
-    print(f"{'mode':<44} " + " ".join(f"{h:>8}" for h in head))
+    head = ("traj/s", "steps/h", "busy", "trainer", "bound", "util", "=full", "x kept", "stale", "vs (a)")
+    print(f"{'mode':<52} " + " ".join(f"{h:>8}" for h in head))
     for r in results:
+        stale = f"{r.staleness_mean:.1f}/{r.staleness_max}"
         print(
-            f"{r.mode.label:<44} {r.traj_per_s:>8.2f} {r.steps_per_hour:>8.1f} {r.engine_busy:>8.0%} "
+            f"{r.mode.label:<52} {r.traj_per_s:>8.2f} {r.steps_per_hour:>8.1f} {r.engine_busy:>8.0%} "
             f"{r.trainer_busy:>8.0%} {r.ideal_traj_per_s:>8.2f} {r.util:>8.1%} {r.full_batch_frac:>8.1%} "
-            f"{r.kept_frac:>8.1%} {r.traj_per_s / first.traj_per_s:>7.2f}x"
+            f"{r.kept_frac:>8.1%} {stale:>8} {r.traj_per_s / first.traj_per_s:>7.2f}x"
         )
 
 
@@ -470,6 +542,7 @@ AGENTIC_TARGET = 2.72  # ROLL Flash, agentic: env-level async vs the synchronous
 UTIL_TARGET = 0.90  # ... with the engine at >= 90% of the never-idle bound
 RLVR_TARGET = 2.24  # ROLL Flash, RLVR: queue scheduling + async vs the synchronous baseline
 LOOP_TARGET = 2.0  # async training >= 2x sync in optimizer steps/h at equal samples per step
+TAIL_TARGET = 2.03  # RollPacker: tail batching (with its other parts) vs veRL, the low end of 2.03-2.56x
 
 
 def _find(results: list[Result], prefix: str, staleness: int, redundancy: int = 0) -> Result | None:
@@ -539,13 +612,30 @@ def verdicts(tables: dict[str, list[Result]]) -> list[str]:
         )
     for name, results in tables.items():
         tail = next((r for r in results if r.mode.tail_extra), None)
-        if tail is not None:
-            ratio = tail.traj_per_s / results[0].traj_per_s
+        if tail is None:
+            continue
+        ratio = tail.traj_per_s / results[0].traj_per_s
+        lines.append(
+            f"(f) {name}: tail batching ({tail.mode.tail_extra:.0%} extra groups, "
+            f"{tail.mode.redundancy} extra responses per group, long rounds) vs (a), both sync: "
+            f"{results[0].traj_per_s:.2f} -> {tail.traj_per_s:.2f} traj/s = {ratio:.2f}x "
+            f"(RollPacker {TAIL_TARGET}-2.56x: {_short(ratio, TAIL_TARGET)}), util {results[0].util:.1%} "
+            f"-> {tail.util:.1%}"
+        )
+        same_responses = next(
+            (
+                r
+                for r in results
+                if r.mode.redundancy == tail.mode.redundancy
+                and not r.mode.max_staleness
+                and not r.mode.tail_extra
+            ),
+            None,
+        )
+        if same_responses is not None:
             lines.append(
-                f"(f) {name}: rollout-side tail batching ({tail.mode.tail_extra:.0%} extra groups, long "
-                f"rounds) on vs off, both sync: {results[0].traj_per_s:.2f} -> {tail.traj_per_s:.2f} "
-                f"traj/s = {ratio:.2f}x (RollPacker: 2.03-2.56x with its other parts), util "
-                f"{results[0].util:.1%} -> {tail.util:.1%}"
+                f"    the prompt part alone: vs {same_responses.mode.label} (the same extra responses, no "
+                f"prompt deferred, no long round) {tail.traj_per_s / same_responses.traj_per_s:.2f}x"
             )
     for name, prefix in (("agentic", "(b)"), ("rlvr", "(d)")):
         results = tables.get(name, [])
@@ -570,6 +660,14 @@ def verdicts(tables: dict[str, list[Result]]) -> list[str]:
             f"(never above 2x); measured {isolated:.2f}x: the rest is the batch barrier async training "
             f"also removes (the next step's rollouts start before this step's stragglers end)"
         )
+        capped = next((r for r in results if r.mode.in_flight is not None), None)
+        if capped is not None:
+            system = capped.steps_per_hour / sync[0].steps_per_hour
+            isolated = capped.steps_per_hour / rollout_only.steps_per_hour
+            lines.append(
+                f"    with {capped.mode.label}: system {system:.2f}x ({_short(system, LOOP_TARGET)}), "
+                f"training only {isolated:.2f}x ({_short(isolated, LOOP_TARGET)})"
+            )
     return lines
 
 
@@ -677,6 +775,80 @@ def tail_sweep(
     return rows
 
 
+def in_flight_sweep(
+    caps: list[float],
+    staleness: list[int],
+    envs: int,
+    steps: int,
+    warmup: int,
+    engine_profile: LatencyProfile,
+    trainer: TrainerProfile,
+    token_scale: float,
+) -> list[dict[str, Any]]:
+    """Async training with the in-flight cap apart from the staleness bound (agentic and RLVR):
+    the cap sets how many episodes share the engine (so how long each takes, and the mean
+    staleness), the bound only which stragglers are still kept."""
+    rows = []
+    print(
+        f"\n== in-flight cap x max_staleness (MODELLED, {envs} envs, {steps} steps): "
+        "ratio to (a), util, staleness mean/max"
+    )
+    for name in ("agentic", "rlvr"):
+        workload = scale_tokens(WORKLOADS[name], token_scale)
+        base = simulate(workload, SYNC, envs, steps, engine_profile, trainer, warmup)
+        for k in staleness:
+            cells = []
+            for cap in caps:
+                mode = Mode(f"(e) async-train-{k}, {cap:g} batches in flight", max_staleness=k, in_flight=cap)
+                r = simulate(workload, mode, envs, steps, engine_profile, trainer, warmup)
+                rows.append(row(r, base))
+                cells.append(
+                    f"{cap:g}: {r.traj_per_s / base.traj_per_s:.2f}x {r.util:.1%} "
+                    f"stale {r.staleness_mean:.1f}/{r.staleness_max}"
+                )
+            print(f"{name} max_staleness {k}: " + "; ".join(cells))
+    return rows
+
+
+TAIL_GRID_PROMPTS = (1.0, 1.03, 1.0625, 1.125, 1.25, 1.5)  # 1.0: no prompt deferred, no long round
+TAIL_GRID_RESPONSES = (1.0, 1.25, 1.5)
+
+
+def tail_grid(
+    names: list[str],
+    envs: int,
+    steps: int,
+    warmup: int,
+    engine_profile: LatencyProfile,
+    trainer: TrainerProfile,
+    token_scale: float,
+) -> list[dict[str, Any]]:
+    """(f) over RollPacker's over-provisioning: eta on prompts (extra groups per short round) x
+    eta on responses (extra episodes per group), each vs (a). The eta_prompts = 1 column defers
+    nothing, so the grid separates what deferring prompts to long rounds buys from what racing
+    extra responses buys."""
+    rows = []
+    print(f"\n== (f) tail batching over eta (MODELLED, {envs} envs, {steps} steps): ratio to (a) sync")
+    for name in names:
+        workload = scale_tokens(WORKLOADS[name], token_scale)
+        base = simulate(workload, SYNC, envs, steps, engine_profile, trainer, warmup)
+        print(f"{name}: eta responses " + " ".join(f"{r:>6}" for r in TAIL_GRID_RESPONSES))
+        for eta_p in TAIL_GRID_PROMPTS:
+            cells = []
+            for eta_r in TAIL_GRID_RESPONSES:
+                mode = Mode(
+                    f"(f) rounds, eta prompts {eta_p:g} responses {eta_r:g}",
+                    rollout="rounds",
+                    redundancy=round((eta_r - 1) * workload.group_size),
+                    tail_extra=eta_p - 1,
+                )
+                r = simulate(workload, mode, envs, steps, engine_profile, trainer, warmup)
+                rows.append(row(r, base) | {"eta_prompts": eta_p, "eta_responses": eta_r})
+                cells.append(f"{r.traj_per_s / base.traj_per_s:5.2f}x")
+            print(f"  eta prompts {eta_p:<6g}  " + " ".join(cells))
+    return rows
+
+
 def plot_tail_sweep(out: Path, rows: list[dict[str, Any]]) -> Path:
     import matplotlib
 
@@ -754,6 +926,22 @@ def main() -> None:
         help="RLVR response-length sigmas to sweep, e.g. 0.5,0.7,0.9,1.1,1.3 (OUT/rlvr_tail_sweep.csv, .png)",
     )
     parser.add_argument("--tail-sweep-envs", default="64,256,1024", help="env counts of the tail sweep")
+    parser.add_argument(
+        "--tail-grid",
+        default="",
+        help="workloads of the (f) grid over eta on prompts x responses, e.g. rlvr,rlvr-prompt",
+    )
+    parser.add_argument(
+        "--in-flight-sweep",
+        default="",
+        help="in-flight caps (in batches) to sweep at --in-flight-staleness, e.g. 1,1.1,1.25,1.5,2,3",
+    )
+    parser.add_argument("--in-flight-staleness", default="2,4,8", help="max_staleness values of that sweep")
+    parser.add_argument(
+        "--no-chunked-prefill",
+        action="store_true",
+        help="run the profile's engine with prefills as steps of their own (the default before 2026-11-25)",
+    )
     parser.add_argument("--replot", nargs="+", type=Path, help="only redraw the plots from these results.csv")
     args = parser.parse_args()
     if args.replot:
@@ -763,8 +951,11 @@ def main() -> None:
         return
 
     engine_profile = LatencyProfile.load(args.profile)
+    if args.no_chunked_prefill:
+        engine_profile = replace(engine_profile, chunked_prefill=False)
     trainer = TrainerProfile.load(args.profile)
-    print(f"engine:  {engine_profile.name}\n         {engine_profile.source}")
+    print(f"engine:  {engine_profile.name} (chunked prefill: {engine_profile.chunked_prefill})")
+    print(f"         {engine_profile.source}")
     print(f"trainer: {trainer.name}\n         {trainer.source}")
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -785,6 +976,7 @@ def main() -> None:
                 Mode("(e) env-async +async-train-2", max_staleness=2),
                 Mode("(e) env-async +async-train-4", max_staleness=4),
                 Mode("(e) env-async +redundant +async-train-2", redundancy=2, max_staleness=2),
+                CAPPED,
                 TAIL,
             ],
             "rlvr": [
@@ -792,6 +984,7 @@ def main() -> None:
                 Mode("(d) queue scheduling"),
                 Mode("(e) queue +async-train-2", max_staleness=2),
                 Mode("(e) queue +redundant +async-train-2", redundancy=2, max_staleness=2),
+                replace(CAPPED, label=CAPPED.label.replace("env-async", "queue")),
                 TAIL,
             ],
         }
@@ -851,28 +1044,62 @@ def main() -> None:
             writer.writeheader()
             writer.writerows(sweep_rows)
         print(f"wrote {args.out / 'rlvr_tail_sweep.csv'} {plot_tail_sweep(args.out, sweep_rows)}")
+    if not args.quick and args.in_flight_sweep:
+        cap_rows = in_flight_sweep(
+            [float(v) for v in args.in_flight_sweep.split(",")],
+            [int(v) for v in args.in_flight_staleness.split(",")],
+            args.envs,
+            steps,
+            min(args.warmup, steps - 1),
+            engine_profile,
+            trainer,
+            args.token_scale,
+        )
+        with (args.out / "in_flight_sweep.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=FIELDS)
+            writer.writeheader()
+            writer.writerows(cap_rows)
+        print(f"wrote {args.out / 'in_flight_sweep.csv'}")
+    if not args.quick and args.tail_grid:
+        grid_rows = tail_grid(
+            [n for n in args.tail_grid.split(",") if n],
+            args.envs,
+            steps,
+            min(args.warmup, steps - 1),
+            engine_profile,
+            trainer,
+            args.token_scale,
+        )
+        with (args.out / "tail_grid.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=[*FIELDS, "eta_prompts", "eta_responses"])
+            writer.writeheader()
+            writer.writerows(grid_rows)
+        print(f"wrote {args.out / 'tail_grid.csv'}")
     paths = plot(args.out, rows)
     print(f"\nwrote {args.out / 'results.csv'} {' '.join(map(str, paths))}")
 
-    def headline(name: str) -> tuple[float, float]:
+    def headline(name: str, mode: Mode) -> str:
         results = tables[name]
-        best = next(
+        r = next(
             r
             for r in results
-            if r.mode.max_staleness == 2 and r.mode.redundancy == 0 and not r.mode.tail_extra
+            if r.mode.max_staleness == mode.max_staleness
+            and r.mode.in_flight == mode.in_flight
+            and not r.mode.redundancy
+            and not r.mode.tail_extra
         )
-        return best.traj_per_s / results[0].traj_per_s, best.util
+        return f"{r.traj_per_s / results[0].traj_per_s:.2f}x sync at {r.util:.1%} of the never-idle bound"
 
     print()
     for line in verdicts(tables):
         print(line)
     if "agentic" in tables and "rlvr" in tables:
-        agentic, agentic_util = headline("agentic")
-        rlvr, rlvr_util = headline("rlvr")
+        two = Mode("", max_staleness=2)
         print(
-            f"MODELLED: agentic env-async+async-train-2 {agentic:.2f}x sync (engine at "
-            f"{agentic_util:.1%} of the never-idle bound; paper 2.72x); RLVR queue+async-train-2 "
-            f"{rlvr:.2f}x sync ({rlvr_util:.1%}; paper 2.24x)"
+            f"MODELLED: agentic env-async+async-train-2 {headline('agentic', two)}, async-train-8 with "
+            f"{CAPPED.in_flight:g} batches in flight {headline('agentic', CAPPED)} (paper 2.72x at 90%); "
+            f"RLVR queue+async-train-2 {headline('rlvr', two)}, -8 capped {headline('rlvr', CAPPED)} "
+            "(paper 2.24x)"
         )
 
 

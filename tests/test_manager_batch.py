@@ -71,6 +71,22 @@ async def test_batch_mode_starts_the_next_batch_only_when_the_whole_batch_ended(
     assert manager.stats.finished == 6 and manager.stats.in_flight == 0
 
 
+async def test_rounds_mode_keeps_the_batches_but_not_the_lockstep():
+    manager = EnvManager(Paced, logging_policy, rollout="rounds", batch_groups=3, max_concurrency=64)
+    await manager.run([4, 7, 0, 1, 2, 3])
+
+    # inside a round each episode runs on its own clock: seed 4 (0.01 s steps) takes its second
+    # turn about 30 ms before seed 7 (0.04 s steps) does; in lockstep both wait for the slowest step
+    def second_turn(seed: int) -> float:
+        return min(t for kind, s, k, t in Paced.log if kind == "act" and s == seed and k == 1)
+
+    assert second_turn(4) < second_turn(7) - 0.015
+    # ...but the next round starts only when the whole round ended
+    first_round_end = max(t for kind, s, _, t in Paced.log if kind == "step" and s in (4, 7, 0))
+    assert min(t for kind, s, _, t in Paced.log if kind == "act" and s in (1, 2, 3)) > first_round_end
+    assert manager.stats.finished == 6 and manager.stats.in_flight == 0
+
+
 async def test_async_mode_lets_fast_episodes_run_ahead_of_slow_ones():
     manager = EnvManager(Paced, logging_policy, max_concurrency=64)
     await manager.run(range(6))
@@ -149,6 +165,35 @@ async def test_a_speculative_batch_ends_at_its_quota_and_defers_the_rest_whole()
     assert stats.launched == stats.ended == 3 and stats.by_reason[StopReason.CANCELLED] == 1
     # a batch of at most batch_groups tasks (a long round) plays to the end
     assert not any(g.deferred for g in await manager.run([2, 5]))
+
+
+async def test_tail_batching_speculates_on_responses_in_short_rounds_only():
+    """RollPacker's short round also launches extra responses per prompt and keeps the first
+    `group_size`; its long round launches exactly `group_size` and waits for all of them."""
+
+    async def slow_last_episode(request: PolicyInput) -> str:
+        await asyncio.sleep(0.05 if request.index == 2 else 0)  # episode 2 of each group straggles
+        return "a"
+
+    manager = EnvManager(
+        Paced,
+        slow_last_episode,
+        group_size=2,
+        redundancy=1,
+        rollout="batch",
+        batch_groups=2,
+        speculative_groups=1,
+        max_concurrency=9,
+    )
+    short = await manager.run([0, 4, 2])  # seeds 0 and 4 play 1 turn, seed 2 plays 3
+    done = sorted((g for g in short if not g.deferred), key=lambda g: g.seed)
+    assert [g.seed for g in done] == [0, 4]
+    assert all(len(g.trajectories) == 2 and g.cancelled == 1 for g in done)  # the straggler was cut
+    assert manager.stats.launched == 9
+    long = await manager.run([2, 5])  # a long round: no redundant episode launched
+    assert manager.stats.launched == 9 + 4
+    assert all(len(g.trajectories) == 2 and g.cancelled == 0 and not g.deferred for g in long)
+    assert {t.episode_id[-2:] for g in long for t in g.trajectories} == {"e0", "e1"}
 
 
 def test_speculative_groups_need_batch_rollout_and_room():

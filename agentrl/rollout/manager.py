@@ -20,11 +20,14 @@ against: the feeder pulls `batch_groups` tasks, launches all their episodes toge
 turn each live episode of the batch waits for all the others twice, once with its observation
 (so the policy sees the whole batch at once) and once with its action (so envs step together);
 the next batch starts only when every episode of this one has ended. It runs the same episode code,
-so a comparison of the two measures the scheduling and nothing else.
-With `speculative_groups`, "batch" does rollout-side tail batching (RollPacker): a batch with
-more tasks than `batch_groups` ends once `batch_groups` groups completed, and its unfinished
-groups come out as deferred (`TrajectoryGroup.deferred`, no trajectories) for their tasks to be
-re-rolled together later (`StalenessBuffer(speculative_groups=...)` schedules those long rounds).
+so a comparison of the two measures the scheduling and nothing else. `rollout="rounds"` keeps the
+batches (rounds) but drops the lockstep: inside a round every episode runs on its own clock, as
+continuous batching and streamed rewards do in synchronous systems such as RollPacker.
+With `speculative_groups`, "batch" or "rounds" does rollout-side tail batching (RollPacker): a
+batch with more tasks than `batch_groups` (a short round; with `redundancy`, more episodes per
+group too) ends once `batch_groups` groups completed, and its unfinished groups come out as
+deferred (`TrajectoryGroup.deferred`, no trajectories) for their tasks to be re-rolled together
+later (`StalenessBuffer(speculative_groups=...)` schedules those long rounds).
 
 Back-pressure: `stream` pulls the next task from its source only once it has room for a whole
 group (`group_size + redundancy` free episode slots out of `max_concurrency`), so a source that
@@ -107,8 +110,8 @@ TrajectoryHook = Callable[[Trajectory], None]
 
 _END = object()  # the task source is exhausted and every group has been emitted
 
-RolloutMode = Literal["async", "batch"]
-ROLLOUT_MODES: tuple[RolloutMode, ...] = ("async", "batch")
+RolloutMode = Literal["async", "batch", "rounds"]
+ROLLOUT_MODES: tuple[RolloutMode, ...] = ("async", "batch", "rounds")
 
 
 class _TurnBarrier:
@@ -161,9 +164,9 @@ class _Run:
 
 @dataclass(eq=False)
 class _Batch:
-    """rollout="batch": the groups played in lockstep, and when the batch is over."""
+    """rollout="batch" or "rounds": the groups played together, and when the batch is over."""
 
-    barrier: _TurnBarrier
+    barrier: _TurnBarrier | None  # rollout="batch": holds the batch's episodes in lockstep
     left: int  # episodes of the batch not yet ended
     quota: int | None  # tail batching: groups to complete before the others are deferred
     done: asyncio.Event = field(default_factory=asyncio.Event)  # set when its last episode ended
@@ -175,13 +178,14 @@ class _Batch:
 class _Group:
     group_id: str
     task: Task
+    width: int  # episodes launched: group_size, plus the redundant ones where they run
     running: dict[asyncio.Task[None], Trajectory] = field(default_factory=dict)
     kept: list[Trajectory] = field(default_factory=list)
     failed: list[Trajectory] = field(default_factory=list)
     ended: int = 0
     cancelled: int = 0
     emitted: bool = False
-    batch: _Batch | None = None  # rollout="batch": the batch it plays in
+    batch: _Batch | None = None  # rollout="batch" or "rounds": the batch it plays in
 
     @property
     def barrier(self) -> _TurnBarrier | None:
@@ -204,18 +208,23 @@ class EnvManager:
         on_trajectory: called (synchronously) with every trajectory that ends, whatever its
             stop reason; for metrics and progress bars.
         close_timeout: seconds allowed for `env.aclose()` and `policy.end_episode()`.
-        rollout: "async" (each episode on its own clock) or "batch" (the synchronous
-            batch-level baseline: see the module docstring).
-        batch_groups: rollout="batch" only: groups per batch (a training step's worth; its
-            episodes, `batch_groups * (group_size + redundancy)`, must fit `max_concurrency`).
-        speculative_groups: rollout="batch" only: rollout-side tail batching (RollPacker). A
-            batch may take up to `batch_groups + speculative_groups` tasks; one that took more
+        rollout: "async" (each episode on its own clock), "batch" (the synchronous
+            batch-level baseline) or "rounds" (batches without lockstep turns): see the module
+            docstring.
+        batch_groups: rollout="batch" or "rounds" only: groups per batch (a training step's
+            worth; its episodes, `batch_groups * (group_size + redundancy)`, must fit
+            `max_concurrency`).
+        speculative_groups: rollout="batch" or "rounds" only: rollout-side tail batching
+            (RollPacker). A batch may take up to `batch_groups + speculative_groups` tasks; one that took more
             than `batch_groups` ends as soon as `batch_groups` of its groups completed, and each
             other group is cut off (its episodes CANCELLED) and emitted as a deferred
             `TrajectoryGroup` (`deferred=True`, no trajectories) for its task to be re-rolled
-            later. A batch of at most `batch_groups` tasks (a long round of re-rolled tasks)
-            plays to the end. Which tasks a batch gets is the source's choice
-            (`StalenessBuffer(speculative_groups=...)` schedules short and long rounds).
+            later. RollPacker speculates on responses too: with `redundancy`, a short round's
+            groups keep their first `group_size` episodes. A batch of at most `batch_groups`
+            tasks (a long round of re-rolled tasks) speculates on nothing: it launches
+            `group_size` episodes per group and plays them to the end. Which tasks a batch gets
+            is the source's choice (`StalenessBuffer(speculative_groups=...)` schedules short
+            and long rounds).
 
     Env instances are reused across episodes through an idle pool (they may hold connections
     or sandboxes); an env that raised, timed out, or was interrupted mid-call is closed and
@@ -245,15 +254,15 @@ class EnvManager:
             raise InvalidArgumentError(f"rollout must be one of {ROLLOUT_MODES}, got {rollout!r}")
         if batch_groups < 1:
             raise InvalidArgumentError(f"batch_groups must be >= 1, got {batch_groups}")
-        if speculative_groups < 0 or (speculative_groups and rollout != "batch"):
+        if speculative_groups < 0 or (speculative_groups and rollout == "async"):
             raise InvalidArgumentError(
-                f"speculative_groups must be >= 0 and needs rollout='batch', got {speculative_groups} "
-                f"with rollout={rollout!r}"
+                f"speculative_groups must be >= 0 and needs rollout 'batch' or 'rounds', got "
+                f"{speculative_groups} with rollout={rollout!r}"
             )
         batch_tasks = batch_groups + speculative_groups
-        if rollout == "batch" and batch_tasks * (group_size + redundancy) > max_concurrency:
+        if rollout != "async" and batch_tasks * (group_size + redundancy) > max_concurrency:
             raise InvalidArgumentError(
-                f"rollout='batch' runs (batch_groups + speculative_groups) * (group_size + redundancy) = "
+                f"rollout={rollout!r} runs (batch_groups + speculative_groups) * (group_size + redundancy) = "
                 f"{batch_tasks * (group_size + redundancy)} episodes at once, more than "
                 f"max_concurrency ({max_concurrency})"
             )
@@ -359,7 +368,7 @@ class EnvManager:
         try:
             is_async = isinstance(tasks, AsyncIterable)
             source: Any = aiter(tasks) if is_async else iter(tasks)  # type: ignore[arg-type]
-            if self.rollout == "batch":
+            if self.rollout != "async":
                 await self._feed_batches(run, source, is_async, slots)
             while self.rollout == "async":
                 for _ in range(self.width):
@@ -379,7 +388,8 @@ class EnvManager:
             run.out.put_nowait(_END)
 
     async def _feed_batches(self, run: _Run, source: Any, is_async: bool, slots: asyncio.Semaphore) -> None:
-        """rollout="batch": take up to `batch_groups` tasks, play them in lockstep, wait for all to end.
+        """rollout="batch"/"rounds": take up to `batch_groups` tasks, play them (in lockstep for
+        "batch"), wait for all to end.
 
         A batch is the tasks the source has ready: the first is awaited, the rest are taken only
         while the source yields without waiting. A source that holds tasks back until groups come
@@ -408,13 +418,16 @@ class EnvManager:
                     tasks.append(_as_task(item))
                 if not tasks:
                     return
-                for _ in range(len(tasks) * self.width):
-                    await slots.acquire()
-                episodes = len(tasks) * self.width
                 quota = self.batch_groups if len(tasks) > self.batch_groups else None
-                batch = _Batch(_TurnBarrier(episodes), episodes, quota)
+                # tail batching speculates only in short rounds: a long round keeps every episode
+                width = self.group_size if self.speculative_groups and quota is None else self.width
+                for _ in range(len(tasks) * width):
+                    await slots.acquire()
+                episodes = len(tasks) * width
+                barrier = _TurnBarrier(episodes) if self.rollout == "batch" else None
+                batch = _Batch(barrier, episodes, quota)
                 for task in tasks:
-                    self._launch_group(run, task, slots, batch=batch)
+                    self._launch_group(run, task, slots, batch=batch, width=width)
                 await batch.done.wait()
         finally:
             if pending is not None:
@@ -427,16 +440,20 @@ class EnvManager:
         slots: asyncio.Semaphore,
         *,
         batch: _Batch | None = None,
+        width: int | None = None,
     ) -> None:
         self._group_counter += 1
         group = _Group(
-            group_id=task.group_id or f"{self._prefix}-g{self._group_counter}", task=task, batch=batch
+            group_id=task.group_id or f"{self._prefix}-g{self._group_counter}",
+            task=task,
+            width=width or self.width,
+            batch=batch,
         )
         if batch is not None:
             batch.groups.append(group)
         run.open_groups += 1
         self.stats.groups_launched += 1
-        for index in range(self.width):
+        for index in range(group.width):
             trajectory = Trajectory(
                 episode_id=f"{group.group_id}-e{index}",
                 env_id=self.env_id,
@@ -473,7 +490,8 @@ class EnvManager:
         group.ended += 1
         batch = group.batch
         if batch is not None:
-            batch.barrier.leave()
+            if batch.barrier is not None:
+                batch.barrier.leave()
             batch.left -= 1
             if batch.left == 0:
                 batch.done.set()
@@ -488,7 +506,7 @@ class EnvManager:
             group.kept.append(trajectory)
         elif reason in (StopReason.ERROR, StopReason.TIMEOUT):
             group.failed.append(trajectory)
-        if len(group.kept) < self.group_size and group.ended < self.width:
+        if len(group.kept) < self.group_size and group.ended < group.width:
             return
         self._cancel_stragglers(group)
         self.stats.groups_completed += 1
@@ -508,7 +526,7 @@ class EnvManager:
             self._cancel_stragglers(other)
             self.stats.groups_deferred += 1
             # every episode of it is discarded, finished ones too: the long round replays the task whole
-            self._emit(run, TrajectoryGroup(other.group_id, other.task.seed, [], self.width, deferred=True))
+            self._emit(run, TrajectoryGroup(other.group_id, other.task.seed, [], other.width, deferred=True))
 
     def _cancel_stragglers(self, group: _Group) -> None:
         group.emitted = True

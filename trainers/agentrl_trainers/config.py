@@ -99,11 +99,13 @@ class EnvConfig(_Section):
     max_turns: int = Field(8, ge=1)
     concurrency: int = Field(32, ge=1)  # episodes in flight at once
     # "async": env-level asynchronous rollout; "batch": the synchronous batch-level baseline (each
-    # step's groups are played in lockstep turns, the next batch starts when the whole one ended)
-    rollout: Literal["async", "batch"] = "async"
-    # rollout-side tail batching (RollPacker), with rollout "batch" and sync training: each step's
-    # batch launches this many extra groups, stops once groups_per_step are done, and re-rolls the
-    # cut-off ones together in a dedicated long round (docs/performance.md)
+    # step's groups are played in lockstep turns, the next batch starts when the whole one ended);
+    # "rounds": the same batches without the lockstep (each episode on its own clock within them)
+    rollout: Literal["async", "batch", "rounds"] = "async"
+    # rollout-side tail batching (RollPacker), with rollout "batch" or "rounds" and sync training:
+    # each step's batch launches this many extra groups (and `redundancy` extra episodes per group),
+    # stops once groups_per_step are done, and re-rolls the cut-off ones together in a dedicated
+    # long round without extras (docs/performance.md)
     speculative_groups: int = Field(0, ge=0)
     step_timeout: float | None = Field(60.0, gt=0)
     episode_timeout: float | None = Field(600.0, gt=0)
@@ -222,16 +224,17 @@ class TrainConfig(_Section):
                 f"(up to about {last_train_seed}) so evaluation uses held-out seeds"
             )
         if self.env.speculative_groups and (
-            self.env.rollout != "batch" or self.effective_max_staleness or self.buffer.tail_batching
+            self.env.rollout == "async" or self.effective_max_staleness or self.buffer.tail_batching
         ):
             raise ValueError(
                 "env.speculative_groups (rollout-side tail batching) schedules synchronous rounds: it "
-                "needs env.rollout: batch, mode: sync (or buffer.max_staleness: 0) and "
+                "needs env.rollout: batch or rounds, mode: sync (or buffer.max_staleness: 0) and "
                 "buffer.tail_batching: false"
             )
-        if self.env.rollout == "batch" and self.ray.address is not None:
+        if self.env.rollout != "async" and self.ray.address is not None:
             raise ValueError(
-                "env.rollout: batch runs in the local EnvManager only; it is not available with ray"
+                f"env.rollout: {self.env.rollout} runs in the local EnvManager only; it is not "
+                "available with ray"
             )
         return self
 

@@ -396,7 +396,7 @@ class TrainingRun:
                     (config.env.group_size + config.env.redundancy)
                     * (
                         schedule.groups_per_step + config.env.speculative_groups
-                        if config.env.rollout == "batch"
+                        if config.env.rollout != "async"
                         else 1
                     ),
                 ),

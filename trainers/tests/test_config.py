@@ -64,6 +64,7 @@ def test_rollout_tail_batching_needs_synchronous_batch_rollout() -> None:
         load_config(None, sync_batch | {"mode": "async"})
     with pytest.raises(ConfigError, match="speculative_groups"):
         load_config(None, sync_batch | {"env.rollout": "async"})
+    assert load_config(None, sync_batch | {"env.rollout": "rounds"}).env.rollout == "rounds"
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)

@@ -1,7 +1,8 @@
 """Rollout-side tail batching (RollPacker): short rounds cut off their long tail, long rounds re-roll it.
 
-Runs the real EnvManager (rollout="batch", speculative_groups) and StalenessBuffer on the virtual
-clock with the latency-model engine, long-tailed responses and the simulated learner.
+Runs the real EnvManager (rollout="batch" or "rounds", speculative_groups, redundancy) and
+StalenessBuffer on the virtual clock with the latency-model engine, long-tailed responses and the
+simulated learner.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ TRAINER = TrainerProfile("t", "assumed", step_base_s=1.0, step_per_token_s=0.0)
 BATCH, EXTRA, GROUP = 4, 2, 2
 
 
-async def train(steps: int, *, dynamic_filter: bool = False) -> dict:
+async def train(steps: int, *, dynamic_filter: bool = False, rollout="batch", redundancy=0) -> dict:
     engine = LatencyEngine(
         ENGINE, response_tokens=LogNormal(50, 1.5, cap=5000), eos_token_id=2, token_pool=range(3, 100)
     )
@@ -40,8 +41,9 @@ async def train(steps: int, *, dynamic_filter: bool = False) -> dict:
         lambda: LatencyEnv(step_latency=Constant(0.1), seed=next(envs)),
         policy,
         group_size=GROUP,
-        max_concurrency=(BATCH + EXTRA) * GROUP,
-        rollout="batch",
+        redundancy=redundancy,
+        max_concurrency=(BATCH + EXTRA) * (GROUP + redundancy),
+        rollout=rollout,
         batch_groups=BATCH,
         speculative_groups=EXTRA,
     )
@@ -86,8 +88,9 @@ async def train(steps: int, *, dynamic_filter: bool = False) -> dict:
     }
 
 
-def test_tail_rounds_lose_nothing_and_train_every_group_at_its_own_version():
-    out = run_virtual(train(steps=12))
+@pytest.mark.parametrize(("rollout", "redundancy"), [("batch", 0), ("rounds", 1)])
+def test_tail_rounds_lose_nothing_and_train_every_group_at_its_own_version(rollout, redundancy):
+    out = run_virtual(train(steps=12, rollout=rollout, redundancy=redundancy))
     trained, metrics, stats = out["trained"], out["metrics"], out["manager"]
     deferred = [g.seed for g in out["put"] if g.deferred]
     assert len(trained) == 12 * BATCH and len(set(trained)) == len(trained)  # no seed trained twice
@@ -103,6 +106,13 @@ def test_tail_rounds_lose_nothing_and_train_every_group_at_its_own_version():
     assert set(counts) == set(trained) | in_pool | in_flight | {g.seed for g in out["put"] if not g.deferred}
     assert metrics["buffer/tail_pool"] == len(in_pool)
     assert stats.launched == stats.ended  # after aclose: every episode accounted once
+    # short rounds race GROUP + redundancy episodes per group; long rounds launch exactly GROUP
+    long_rounds = int(metrics["buffer/long_rounds"])
+    short_rounds, rest = divmod(stats.groups_launched - long_rounds * BATCH, BATCH + EXTRA)
+    assert rest == 0 and short_rounds > long_rounds
+    width = GROUP + redundancy
+    assert stats.launched == short_rounds * (BATCH + EXTRA) * width + long_rounds * BATCH * GROUP
+    assert all(len(g.trajectories) == GROUP for g in out["put"] if not g.deferred)
 
 
 def test_short_rounds_defer_exactly_their_extra_groups():

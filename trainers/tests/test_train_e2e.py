@@ -77,8 +77,16 @@ def test_train_runs_end_to_end(tmp_path: Path, mode: str, rollout: str) -> None:
     assert report.success_rate == pytest.approx(result.final_success)
 
 
-def test_rollout_tail_batching_defers_and_re_rolls_in_the_real_loop(tmp_path: Path) -> None:
-    overrides = {"mode": "sync", "env.rollout": "batch", "env.speculative_groups": 1}
+@pytest.mark.parametrize(("rollout", "redundancy"), [("batch", 0), ("rounds", 1)])
+def test_rollout_tail_batching_defers_and_re_rolls_in_the_real_loop(
+    tmp_path: Path, rollout: str, redundancy: int
+) -> None:
+    overrides = {
+        "mode": "sync",
+        "env.rollout": rollout,
+        "env.redundancy": redundancy,
+        "env.speculative_groups": 1,
+    }
     config = load_config(
         None, {**TINY, **overrides, "out": str(tmp_path / "run"), "schedule.eval_episodes": 0}
     )
