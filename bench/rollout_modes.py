@@ -7,11 +7,11 @@ MODELLED, not measured: the engine is `LatencyEngine` (step times from `--profil
 profile's numbers are assumptions for a 7B model on one H100, stated in the file), the trainer is
 `SimulatedLearner` (step time from the profile's `trainer` section) and the envs are `LatencyEnv`
 (latency, turns and lengths drawn from the distributions below). Everything else is the real
-code: `EnvManager` (rollout="batch" or "async", redundancy), `StalenessBuffer` (max_staleness,
-tail batching), `EnginePolicy` and the training loop's order (batch -> step -> weight update ->
-version). It all runs on a virtual clock (`agentrl.sim.clock`): time is what the models say, so
-8192 envs on 2 shared cores give the figures an idle machine would; the CPU cost of the
-manager and buffer themselves counts as zero.
+code: `EnvManager` (rollout="batch", "rounds" or "async", redundancy, tail batching),
+`StalenessBuffer` (max_staleness, tail batching), `EnginePolicy` and the training loop's order
+(batch -> step -> weight update -> version). It all runs on a virtual clock
+(`agentrl.sim.clock`): time is what the models say, so 8192 envs on 2 shared cores give the
+figures an idle machine would; the CPU cost of the manager and buffer themselves counts as zero.
 
 Workloads (group size 8; samples per step = envs, so every mode trains on the same batch):
   agentic  multi-turn: turns lognormal(median 5, sigma 0.5, max 30), env step latency
@@ -30,7 +30,9 @@ Modes (rows), every one a full loop of `--steps` optimizer steps at equal sample
   (c) +redundant     (b) with 2 extra episodes per group of 8, the first 8 kept
   (d) queue          RLVR: rollout="async" groups queued one by one vs (a)'s batch dispatch
   (e) +async-train-k (b)/(c)/(d) with max_staleness k = 1, 2, 4 (envs in flight up to
-                     (k + 1) x batch, as the admission rule allows)
+                     (k + 1) x batch, as the admission rule allows); and k = 8 with at most 1.25
+                     batches in flight (the in-flight cap apart from the bound, as AReaL's
+                     max_concurrent_rollouts; env.concurrency in a training config)
   (f) tail-batching  rollout-side tail batching (RollPacker), synchronous training: rollout in
                      rounds, one per step, each episode on its own clock inside its round
                      (rollout="rounds"); a short round launches eta = 1.25 times the prompts and
@@ -44,15 +46,19 @@ Columns, every rate over the steady window (from the end of step `--warmup` to t
 last step, so a pipeline's start-up and the rollouts still in flight at the end count against no
 mode): trajectories trained per second (= steps/hour x samples per step / 3600), the engine's
 busy fraction, the never-idle bound in trajectories/s (episodes finished in the window over the
-window's engine work done back to back at the largest batch the profile allows: prefill tokens x
-prefill cost + decode tokens / saturated decode tokens per second), util = throughput over that
-bound, which is "full" (that work over the elapsed time: 1 = never idle, always a full batch) x
-"kept" (trained over finished episodes: below 1 when groups are dropped as stale), and the ratio
-to (a). After the tables, one verdict per target of the issue: which rows meet it, or by how much
-each falls short, and why.
+work they needed, done back to back at the largest batch the profile allows: their prompt and
+observation tokens prefilled once x prefill cost + their sampled tokens / saturated decode tokens
+per second), util = throughput over that bound, which is "full" (that work over the elapsed
+time: 1 = never idle, always a full batch, nothing recomputed or thrown away) x "kept" (trained
+over finished episodes: below 1 when groups are dropped as stale), the trained groups' staleness
+(mean/max), and the ratio to (a); the CSV adds `wasted_frac` (engine work no finished episode
+needed). After the tables, one verdict per target of the issue: which rows meet it, or by how
+much each falls short, and why.
 
 Writes OUT/results.csv, OUT/throughput_vs_envs.png and OUT/throughput_vs_staleness.png
-(`--tail-sweep`: OUT/rlvr_tail_sweep.csv and .png).
+(`--tail-sweep`: OUT/rlvr_tail_sweep.csv and .png; `--tail-grid`: OUT/tail_grid.csv, (f) over
+eta on prompts x responses; `--in-flight-sweep`: OUT/in_flight_sweep.csv, the in-flight cap x
+max_staleness; `--repeat N`: the headline rows over N seeds, mean and sd).
 `--quick` runs the headline rows only at 256 envs, 12 steps (under two minutes) and prints the
 agentic and RLVR ratios on its last line.
 """
@@ -69,6 +75,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from agentrl_trainers.buffer import StalenessBuffer
 from agentrl_trainers.sim_trainer import SimulatedLearner, TrainerProfile
 
@@ -348,8 +355,10 @@ async def run_loop(
     engine_profile: LatencyProfile,
     trainer: TrainerProfile,
     warmup: int,
+    seed: int = 0,
 ) -> Result:
-    """One training run: the real manager and buffer, the modelled engine, envs and learner."""
+    """One training run: the real manager and buffer, the modelled engine, envs and learner.
+    `seed` picks the random draws (response lengths, env latencies, turns); 0 is the tables'."""
     loop = asyncio.get_running_loop()
     engine = LatencyEngine(
         engine_profile,
@@ -357,13 +366,14 @@ async def run_loop(
         eos_token_id=2,
         token_pool=range(3, 4003),
         prompt_factor=workload.prompt_factor,
+        seed=seed,
     )
     await engine.start()
     policy = EnginePolicy(engine, word_ids, sampling=SamplingParams(max_tokens=workload.max_tokens))
     groups_per_step = max(1, envs // workload.group_size)
     width = workload.group_size + mode.redundancy
     speculative = max(1, round(mode.tail_extra * groups_per_step)) if mode.tail_extra else 0
-    env_seeds = itertools.count()
+    env_seeds = itertools.count(seed * 1_000_000)
 
     def make_env() -> LatencyEnv:
         return LatencyEnv(
@@ -488,6 +498,35 @@ FIELDS = [
     "ratio_vs_a",
     "wall_s",
 ]
+
+
+def repeat(
+    seeds: int, envs: int, steps: int, warmup: int, engine_profile: LatencyProfile, trainer: TrainerProfile
+) -> list[str]:
+    """The headline rows over `seeds` random draws: how far a ratio moves with the draws alone."""
+    lines = [
+        f"\n== the headline rows over {seeds} seeds (MODELLED, {envs} envs, {steps} steps): mean, sd, range"
+    ]
+    print(lines[0])
+    for name in ("agentic", "rlvr"):
+        workload = WORKLOADS[name]
+        rows = [Mode("(e) async-train-2", max_staleness=2), CAPPED]
+        ratios: dict[str, list[float]] = {m.label: [] for m in rows}
+        utils: dict[str, list[float]] = {m.label: [] for m in rows}
+        for seed in range(seeds):
+            base = simulate(workload, SYNC, envs, steps, engine_profile, trainer, warmup, seed)
+            for m in rows:
+                r = simulate(workload, m, envs, steps, engine_profile, trainer, warmup, seed)
+                ratios[m.label].append(r.traj_per_s / base.traj_per_s)
+                utils[m.label].append(r.util)
+        for label in ratios:
+            x, u = np.array(ratios[label]), np.array(utils[label])
+            lines.append(
+                f"{name} {label}: {x.mean():.2f}x sd {x.std(ddof=1):.2f} ({x.min():.2f}-{x.max():.2f}); "
+                f"util {u.mean():.1%} sd {u.std(ddof=1):.1%} ({u.min():.1%}-{u.max():.1%})"
+            )
+            print(lines[-1])
+    return lines
 
 
 def row(result: Result, baseline: Result | None) -> dict[str, Any]:
@@ -671,9 +710,16 @@ def verdicts(tables: dict[str, list[Result]]) -> list[str]:
     return lines
 
 
+def _uncapped(r: dict[str, Any]) -> bool:
+    """A row with as many episodes in flight as admission allows (max_staleness + 1 batches)."""
+    allowed = int(r["max_staleness"]) + 1
+    return float(r.get("in_flight_batches") or allowed) == allowed
+
+
 def plot(out: Path, rows: list[dict[str, Any]]) -> list[Path]:
     """Throughput vs envs (the sweep's rows) and vs max_staleness (the agentic and RLVR tables'
-    async rows without redundancy or tail batching), from result rows (or a results.csv)."""
+    async rows without redundancy, tail batching or in-flight cap), from result rows (or a
+    results.csv)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -696,6 +742,7 @@ def plot(out: Path, rows: list[dict[str, Any]]) -> list[Path]:
             and str(r["mode"]).startswith(("(b)", "(d)", "(e)"))
             and int(r["redundancy"]) == 0
             and float(r.get("tail_extra") or 0) == 0
+            and _uncapped(r)
         ],
         "max_staleness",
     )
@@ -942,6 +989,9 @@ def main() -> None:
         action="store_true",
         help="run the profile's engine with prefills as steps of their own (the default before 2026-11-25)",
     )
+    parser.add_argument(
+        "--repeat", type=int, default=0, help="run the headline rows over this many seeds (mean, sd)"
+    )
     parser.add_argument("--replot", nargs="+", type=Path, help="only redraw the plots from these results.csv")
     args = parser.parse_args()
     if args.replot:
@@ -1044,6 +1094,8 @@ def main() -> None:
             writer.writeheader()
             writer.writerows(sweep_rows)
         print(f"wrote {args.out / 'rlvr_tail_sweep.csv'} {plot_tail_sweep(args.out, sweep_rows)}")
+    if not args.quick and args.repeat > 1:
+        repeat(args.repeat, args.envs, steps, min(args.warmup, steps - 1), engine_profile, trainer)
     if not args.quick and args.in_flight_sweep:
         cap_rows = in_flight_sweep(
             [float(v) for v in args.in_flight_sweep.split(",")],
