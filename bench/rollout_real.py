@@ -18,8 +18,11 @@ MODELLED part, for the same setting: the same two manager modes on the virtual c
 `LatencyEnv` that resamples what the real run measured (turns per episode, env-step seconds,
 response and observation token counts). The profile is CPU time; the real run is on a shared
 machine, so the engine's times are scaled by the slowdown measured during the run (the server's
-busy seconds over its process CPU seconds). Printed: predicted trajectories/s of each mode, the
-ratio, and the prediction error against the measurement.
+busy seconds over its process CPU seconds). The model plays as many episodes as the real run (a
+longer run would spread the drain of async's last episodes thinner and flatter it), averaged over
+`--model-repeats` seeds. Printed: predicted trajectories/s of each mode, the ratio, and the
+prediction error against the measurement. Also printed for each measured mode: how busy the client
+process's CPU was (env manager, envs, HTTP client, tokenizer: work the model does not price).
 """
 
 from __future__ import annotations
@@ -90,16 +93,17 @@ def bench_manager(
 
 async def measure(
     url: str, tokenizer: ChatTokenizer, make_env: Any, rollout: str, args: argparse.Namespace
-) -> tuple[float, list[TrajectoryGroup]]:
+) -> tuple[float, float, list[TrajectoryGroup]]:
+    """Wall seconds, this (client) process's CPU seconds, and the groups of one measured run."""
     policy = PolicyClient(url, tokenizer, sampling=SamplingParams(max_tokens=args.max_tokens))
     groups_per_batch = args.envs // args.group_size
     manager = bench_manager(make_env, policy, rollout, args, step_timeout=120)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     groups = await manager.run(range(groups_per_batch * args.batches))
-    seconds = time.perf_counter() - started
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     await manager.aclose()
     await policy.aclose()
-    return seconds, groups
+    return seconds, cpu_seconds, groups
 
 
 def workload_from(groups: list[TrajectoryGroup]) -> dict[str, list[float]]:
@@ -115,18 +119,27 @@ def workload_from(groups: list[TrajectoryGroup]) -> dict[str, list[float]]:
 
 
 async def predict(
-    profile: LatencyProfile, workload: dict[str, list[float]], rollout: str, args: argparse.Namespace
+    profile: LatencyProfile,
+    workload: dict[str, list[float]],
+    rollout: str,
+    args: argparse.Namespace,
+    seed: int,
 ) -> float:
-    """Modelled trajectories/s of one mode for the measured workload (virtual clock)."""
+    """Modelled trajectories/s of one mode for the measured workload (virtual clock).
+
+    The same number of episodes as the real run: an async run's throughput includes draining its
+    last episodes, a cost a longer run would spread thinner (so it would flatter async).
+    """
     engine = LatencyEngine(
         profile,
         response_tokens=Empirical(workload["response_tokens"]),
         eos_token_id=2,
         token_pool=range(3, 500),
+        seed=seed,
     )
     await engine.start()
     policy = EnginePolicy(engine, word_ids, sampling=SamplingParams(max_tokens=args.max_tokens))
-    seeds = iter(range(1 << 30))
+    seeds = iter(range(seed << 20, (seed + 1) << 20))
 
     def make_env() -> LatencyEnv:
         return LatencyEnv(
@@ -141,8 +154,7 @@ async def predict(
     manager = bench_manager(make_env, policy, rollout, args)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    # more batches than the real run: the prediction's own sampling noise is then small
-    groups = await manager.run(range(groups_per_batch * args.batches * 4))
+    groups = await manager.run(range(groups_per_batch * args.batches))
     seconds = loop.time() - started
     await manager.aclose()
     await engine.stop()
@@ -162,6 +174,7 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, default=Path("bench/profiles/cpu-tiny-measured.json"))
     parser.add_argument("--model", type=Path, default=None, help="checkpoint to serve (default: build tiny)")
     parser.add_argument("--out", type=Path, default=Path("runs/rollout_real"))
+    parser.add_argument("--model-repeats", type=int, default=8, help="model runs per mode (seeds), averaged")
     args = parser.parse_args()
 
     latency = distributions.parse(args.step_latency)
@@ -178,7 +191,9 @@ def main() -> None:
             for label, rollout in MODES.items():
                 before, cpu_before = asyncio.run(engine_stats(server.url)), server.cpu_seconds() or 0.0
                 make_env = waiting_env(args.env, latency, seed=1, env_kwargs=env_kwargs)
-                seconds, groups = asyncio.run(measure(server.url, tokenizer, make_env, rollout, args))
+                seconds, client_cpu, groups = asyncio.run(
+                    measure(server.url, tokenizer, make_env, rollout, args)
+                )
                 after, cpu_after = asyncio.run(engine_stats(server.url)), server.cpu_seconds() or 0.0
                 trajectories = sum(len(g.trajectories) for g in groups)
                 measured[label] = trajectories / seconds
@@ -188,7 +203,8 @@ def main() -> None:
                     f"MEASURED {label}: {trajectories} episodes in {seconds:.1f}s = "
                     f"{measured[label]:.3f} traj/s; "
                     f"engine busy {(after['busy_s'] - before['busy_s']) / seconds:.0%} of the time, "
-                    f"wall/CPU of the server {slowdowns[label]:.2f}",
+                    f"wall/CPU of the server {slowdowns[label]:.2f}, "
+                    f"client (env manager, envs, HTTP, tokenizer) CPU-busy {client_cpu / seconds:.0%}",
                     flush=True,
                 )
         finally:
@@ -211,13 +227,15 @@ def main() -> None:
         )
         return replace(cpu_profile, **{f: getattr(cpu_profile, f) * factor for f in fields})
 
-    predicted = {
-        label: run_virtual(predict(scaled(slowdown), pooled, rollout, args))
-        for label, rollout in MODES.items()
-    }
-    unscaled = {
-        label: run_virtual(predict(cpu_profile, pooled, rollout, args)) for label, rollout in MODES.items()
-    }
+    def averaged(profile: LatencyProfile, rollout: str) -> float:
+        """Mean over `--model-repeats` seeds: the prediction's own sampling noise, made small."""
+        runs = [
+            run_virtual(predict(profile, pooled, rollout, args, seed)) for seed in range(args.model_repeats)
+        ]
+        return sum(runs) / len(runs)
+
+    predicted = {label: averaged(scaled(slowdown), rollout) for label, rollout in MODES.items()}
+    unscaled = {label: averaged(cpu_profile, rollout) for label, rollout in MODES.items()}
     a, b = MODES
     print(
         f"\n{args.env}, {args.envs} envs, group {args.group_size}, {args.batches} batches, "
