@@ -176,6 +176,7 @@ class Mode:
 SYNC = Mode("(a) sync", rollout="batch")
 # AReaL's two knobs apart: a loose staleness bound for the stragglers, a tight cap on what is in flight
 CAPPED = Mode("(e) env-async +async-train-8, 1.25 batches in flight", max_staleness=8, in_flight=1.25)
+CAPPED_QUEUE = replace(CAPPED, label=CAPPED.label.replace("env-async", "queue"))  # the same, RLVR's name
 # RollPacker's eta = 1.25 on prompts (extra groups) and on responses per prompt (2 per group of 8)
 TAIL = Mode("(f) rounds +tail-batching eta 1.25", rollout="rounds", redundancy=2, tail_extra=0.25)
 
@@ -189,7 +190,7 @@ def modes_for(workload: Workload, staleness: tuple[int, ...]) -> list[Mode]:
         rows += [
             Mode(f"(e) queue +redundant +async-train-{k}", redundancy=2, max_staleness=k) for k in staleness
         ]
-        rows += [replace(CAPPED, label=CAPPED.label.replace("env-async", "queue")), TAIL]
+        rows += [CAPPED_QUEUE, TAIL]
         return rows
     rows = [SYNC, Mode("(b) env-async"), Mode("(c) env-async +redundant", redundancy=2)]
     rows += [Mode(f"(e) env-async +async-train-{k}", max_staleness=k) for k in staleness]
@@ -328,14 +329,18 @@ class Result:
         return self.engine_work_s / self.seconds
 
     @property
+    def _trained_staleness(self) -> list[int]:
+        """Staleness of each group trained in the window (0 = on-policy)."""
+        return [s for m in self.marks[self.warmup + 1 :] for s in m.staleness]
+
+    @property
     def staleness_mean(self) -> float:
-        """Mean staleness of the groups trained in the window (0 = on-policy)."""
-        trained = [s for m in self.marks[self.warmup + 1 :] for s in m.staleness]
+        trained = self._trained_staleness
         return sum(trained) / max(len(trained), 1)
 
     @property
     def staleness_max(self) -> int:
-        return max((s for m in self.marks[self.warmup + 1 :] for s in m.staleness), default=0)
+        return max(self._trained_staleness, default=0)
 
     @property
     def rollout_s_per_step(self) -> float:
@@ -527,6 +532,14 @@ def repeat(
             )
             print(lines[-1])
     return lines
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]], extra_fields: tuple[str, ...] = ()) -> None:
+    """Result rows (FIELDS, then `extra_fields`) as a CSV file."""
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[*FIELDS, *extra_fields])
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def row(result: Result, baseline: Result | None) -> dict[str, Any]:
@@ -1012,10 +1025,7 @@ def main() -> None:
     tables: dict[str, list[Result]] = {}
 
     def save() -> None:  # after every table and sweep point, so a long run's figures are never lost
-        with (args.out / "results.csv").open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=FIELDS)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(args.out / "results.csv", rows)
 
     if args.quick:
         steps = args.steps or 12
@@ -1034,7 +1044,7 @@ def main() -> None:
                 Mode("(d) queue scheduling"),
                 Mode("(e) queue +async-train-2", max_staleness=2),
                 Mode("(e) queue +redundant +async-train-2", redundancy=2, max_staleness=2),
-                replace(CAPPED, label=CAPPED.label.replace("env-async", "queue")),
+                CAPPED_QUEUE,
                 TAIL,
             ],
         }
@@ -1042,9 +1052,9 @@ def main() -> None:
         steps = args.steps or 20
         names = [n for n in args.tables.split(",") if n]
         plan = {name: modes_for(WORKLOADS[name], (1, 2, 4)) for name in names}
+    warmup = min(args.warmup, steps - 1)  # at least one step left in the rates' window
     workloads = {name: scale_tokens(w, args.token_scale) for name, w in WORKLOADS.items()}
     for name, modes in plan.items():
-        warmup = min(args.warmup, steps - 1)
         results = [
             simulate(workloads[name], m, args.envs, steps, engine_profile, trainer, warmup) for m in modes
         ]
@@ -1084,48 +1094,39 @@ def main() -> None:
             [float(v) for v in args.tail_sweep.split(",")],
             [int(n) for n in args.tail_sweep_envs.split(",")],
             steps,
-            min(args.warmup, steps - 1),
+            warmup,
             engine_profile,
             trainer,
             args.token_scale,
         )
-        with (args.out / "rlvr_tail_sweep.csv").open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=[*FIELDS, "response_sigma"])
-            writer.writeheader()
-            writer.writerows(sweep_rows)
+        write_csv(args.out / "rlvr_tail_sweep.csv", sweep_rows, ("response_sigma",))
         print(f"wrote {args.out / 'rlvr_tail_sweep.csv'} {plot_tail_sweep(args.out, sweep_rows)}")
     if not args.quick and args.repeat > 1:
-        repeat(args.repeat, args.envs, steps, min(args.warmup, steps - 1), engine_profile, trainer)
+        repeat(args.repeat, args.envs, steps, warmup, engine_profile, trainer)
     if not args.quick and args.in_flight_sweep:
         cap_rows = in_flight_sweep(
             [float(v) for v in args.in_flight_sweep.split(",")],
             [int(v) for v in args.in_flight_staleness.split(",")],
             args.envs,
             steps,
-            min(args.warmup, steps - 1),
+            warmup,
             engine_profile,
             trainer,
             args.token_scale,
         )
-        with (args.out / "in_flight_sweep.csv").open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=FIELDS)
-            writer.writeheader()
-            writer.writerows(cap_rows)
+        write_csv(args.out / "in_flight_sweep.csv", cap_rows)
         print(f"wrote {args.out / 'in_flight_sweep.csv'}")
     if not args.quick and args.tail_grid:
         grid_rows = tail_grid(
             [n for n in args.tail_grid.split(",") if n],
             args.envs,
             steps,
-            min(args.warmup, steps - 1),
+            warmup,
             engine_profile,
             trainer,
             args.token_scale,
         )
-        with (args.out / "tail_grid.csv").open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=[*FIELDS, "eta_prompts", "eta_responses"])
-            writer.writeheader()
-            writer.writerows(grid_rows)
+        write_csv(args.out / "tail_grid.csv", grid_rows, ("eta_prompts", "eta_responses"))
         print(f"wrote {args.out / 'tail_grid.csv'}")
     paths = plot(args.out, rows)
     print(f"\nwrote {args.out / 'results.csv'} {' '.join(map(str, paths))}")
